@@ -1,0 +1,82 @@
+"""The ``ctxgraph`` command line: chat, run, demo and threads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from graph.cli.chat import prompt_lines, run_turns
+from graph.cli.demo import run_demo
+from graph.cli.threads import UnknownThreadError, show_thread
+from state.context import Context, ContextError
+from state.models import ModelConfigError
+from state.settings import SettingsError
+from store.embedded import EmbeddedPostgresError
+from store.persistence import DatabaseError, open_persistence
+
+USER_ERRORS = (
+    ModelConfigError,
+    SettingsError,
+    ContextError,
+    EmbeddedPostgresError,
+    DatabaseError,
+    UnknownThreadError,
+)
+
+
+def _identity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", required=True, help="user id (whose thread and memory)")
+    parser.add_argument("--thread", required=True, help="thread id to create or resume")
+    parser.add_argument("--agent", default="default", help="agent name (default: default)")
+    parser.add_argument("--project", default=None, help="project id, if any")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="ctxgraph", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    chat = commands.add_parser("chat", help="interactive chat on a persistent thread")
+    _identity_arguments(chat)
+
+    run = commands.add_parser("run", help="run the given messages as turns, then exit")
+    _identity_arguments(run)
+    run.add_argument("messages", nargs="+", help="one turn per argument")
+
+    demo = commands.add_parser("demo", help="offline demo on the embedded Postgres")
+    demo.add_argument("--user", default="demo-user")
+    demo.add_argument("--thread", default=None, help="thread id (default: a new one)")
+
+    threads = commands.add_parser("threads", help="inspect persisted threads")
+    thread_commands = threads.add_subparsers(dest="threads_command", required=True)
+    show = thread_commands.add_parser("show", help="print a thread's transcript")
+    show.add_argument("thread")
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command in ("chat", "run"):
+        context = Context(user_id=args.user, agent_name=args.agent, project_id=args.project)
+        interactive = args.command == "chat"
+        texts = prompt_lines("you: ", sys.stdout) if interactive else args.messages
+        return run_turns(
+            texts, context=context, thread_id=args.thread, out=sys.stdout, interactive=interactive
+        )
+    if args.command == "demo":
+        return run_demo(sys.stdout, user=args.user, thread_id=args.thread)
+    with open_persistence() as persistence:
+        show_thread(persistence, args.thread, sys.stdout)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ctxgraph`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except USER_ERRORS as error:
+        print(f"ctxgraph: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,58 @@
+"""Text rendering of messages and tool activity for the terminal."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+PREVIEW_CHARS = 300
+
+
+def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def message_text(message: BaseMessage) -> str:
+    """The readable text of a message, whatever its content blocks."""
+    return message.content if isinstance(message.content, str) else message.text
+
+
+def tool_call_line(name: str, args: object, call_id: str | None) -> str:
+    """One line announcing a tool call."""
+    shown = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    return f"  → {name}({_clip(shown, 200)}) [{call_id}]"
+
+
+def tool_result_line(message: ToolMessage) -> str:
+    """One line showing a tool's result (or its error)."""
+    status = " ERROR" if message.status == "error" else ""
+    name = message.name or "tool"
+    return f"  ←{status} {name} [{message.tool_call_id}]: {_clip(message_text(message), 200)}"
+
+
+def transcript_lines(messages: Sequence[BaseMessage], *, start: int = 1) -> list[str]:
+    """A numbered transcript, one entry per message (tool calls on their own lines)."""
+    lines: list[str] = []
+    for number, message in enumerate(messages, start=start):
+        if isinstance(message, HumanMessage):
+            lines.append(f"[{number}] user: {message_text(message)}")
+        elif isinstance(message, AIMessage):
+            text = message_text(message)
+            if text or not message.tool_calls:
+                lines.append(f"[{number}] assistant: {text}")
+            else:
+                lines.append(f"[{number}] assistant (tool calls)")
+            lines.extend(
+                tool_call_line(call["name"], call["args"], call.get("id"))
+                for call in message.tool_calls
+            )
+        elif isinstance(message, ToolMessage):
+            lines.append(f"[{number}] tool{tool_result_line(message)[3:]}")
+        elif isinstance(message, SystemMessage):
+            lines.append(f"[{number}] system: {message_text(message)}")
+        else:
+            lines.append(f"[{number}] {message.type}: {message_text(message)}")
+    return lines

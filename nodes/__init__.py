@@ -1,0 +1,1 @@
+"""The graph's nodes and routers, one concern per module."""

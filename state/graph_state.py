@@ -1,0 +1,27 @@
+"""Schemas of the graph's checkpointed state, its input and its output."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+
+class InputState(TypedDict):
+    """What a caller sends: new messages for the working window."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class OutputState(TypedDict):
+    """What a caller (or a parent graph) receives back."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class AgentState(TypedDict):
+    """The checkpointed thread state; ``messages`` is the working window only."""
+
+    messages: Annotated[list[AnyMessage], add_messages]

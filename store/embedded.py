@@ -1,0 +1,66 @@
+"""Where the database lives: ``DATABASE_URI``, or an embedded Postgres started on demand."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+DATABASE_HELP = (
+    "set DATABASE_URI to a Postgres server "
+    "(for example postgresql://user:password@localhost:5432/ctxgraph)"
+)
+
+_servers: dict[Path, Any] = {}
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded Postgres could not be started; the message says what to set instead."""
+
+
+def data_home(environ: Mapping[str, str]) -> Path:
+    """The ctxgraph data folder: ``CTXGRAPH_HOME``, else the per-user data directory."""
+    configured = environ.get("CTXGRAPH_HOME", "").strip()
+    if configured:
+        return Path(configured).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("ctxgraph", appauthor=False))
+
+
+def embedded_uri(home: Path) -> str:
+    """Start (or join) the embedded Postgres whose data lives under ``home``; return its URI.
+
+    Several processes may share one data folder: the first starts the server, later ones
+    connect to it, and the last one to exit stops it.
+    """
+    pgdata = home / "pgdata"
+    server = _servers.get(pgdata)
+    if server is None:
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine.
+                warnings.simplefilter("ignore")
+                from pgserver.postgres_server import get_server
+
+                server = get_server(pgdata, cleanup_mode="stop")
+        except Exception as error:  # pgserver raises many kinds; all mean "could not start"
+            raise EmbeddedPostgresError(
+                f"could not start the embedded Postgres in {pgdata}: "
+                f"{type(error).__name__}: {error}; {DATABASE_HELP}, "
+                "or CTXGRAPH_HOME to a writable folder"
+            ) from error
+        _servers[pgdata] = server
+    return str(server.get_uri())
+
+
+def database_uri(environ: Mapping[str, str] | None = None) -> str:
+    """The Postgres URI to use: ``DATABASE_URI`` when set, else the embedded server's."""
+    env = os.environ if environ is None else environ
+    configured = env.get("DATABASE_URI", "").strip()
+    if configured:
+        return configured
+    return embedded_uri(data_home(env))

@@ -1,0 +1,85 @@
+"""Opens the Postgres checkpointer and Store (sync or async) on one database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
+
+from store.embedded import database_uri
+
+_prepared: set[str] = set()
+"""Databases whose tables this process has already set up."""
+
+
+class DatabaseError(RuntimeError):
+    """The database could not be reached or prepared; the message names the URI's host."""
+
+
+@dataclass(frozen=True)
+class Persistence:
+    """A checkpointer and a Store that share one Postgres database."""
+
+    checkpointer: PostgresSaver
+    store: PostgresStore
+    uri: str
+
+
+@dataclass(frozen=True)
+class AsyncPersistence:
+    """The async twin of ``Persistence``."""
+
+    checkpointer: AsyncPostgresSaver
+    store: AsyncPostgresStore
+    uri: str
+
+
+def _redacted(uri: str) -> str:
+    _, at, tail = uri.rpartition("@")
+    return f"postgresql://…@{tail}" if at else uri
+
+
+@contextmanager
+def open_persistence(uri: str | None = None) -> Iterator[Persistence]:
+    """Open the checkpointer and Store; tables are created on first use in this process."""
+    resolved = uri or database_uri()
+    with ExitStack() as stack:
+        try:
+            checkpointer = stack.enter_context(PostgresSaver.from_conn_string(resolved))
+            store = stack.enter_context(PostgresStore.from_conn_string(resolved))
+            if resolved not in _prepared:
+                checkpointer.setup()
+                store.setup()
+                _prepared.add(resolved)
+        except psycopg.OperationalError as error:
+            raise _unreachable(resolved, error) from error
+        yield Persistence(checkpointer=checkpointer, store=store, uri=resolved)
+
+
+@asynccontextmanager
+async def open_async_persistence(uri: str | None = None) -> AsyncIterator[AsyncPersistence]:
+    """Async version of ``open_persistence``."""
+    resolved = uri or database_uri()
+    async with AsyncExitStack() as stack:
+        try:
+            checkpointer = await stack.enter_async_context(
+                AsyncPostgresSaver.from_conn_string(resolved)
+            )
+            store = await stack.enter_async_context(AsyncPostgresStore.from_conn_string(resolved))
+            if resolved not in _prepared:
+                await checkpointer.setup()
+                await store.setup()
+                _prepared.add(resolved)
+        except psycopg.OperationalError as error:
+            raise _unreachable(resolved, error) from error
+        yield AsyncPersistence(checkpointer=checkpointer, store=store, uri=resolved)
+
+
+def _unreachable(uri: str, error: Exception) -> DatabaseError:
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return DatabaseError(f"cannot use the database at {_redacted(uri)}: {reason}")
