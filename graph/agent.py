@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import os
 
-from graph.environment import graph_from_env
+from graph.environment import EnvironmentConfig
 
-graph = graph_from_env(os.environ)
+graph = EnvironmentConfig.read(os.environ).build()

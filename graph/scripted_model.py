@@ -37,13 +37,23 @@ class ScriptedChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    script: list[ScriptItem] = Field(default_factory=list)
+    # Typed loosely for pydantic (AIMessage's validator rejects plain strings); checked below.
+    script: list[Any] = Field(default_factory=list)
     responder: Responder | None = None
     model_name: str = "scripted"
     requests: list[list[BaseMessage]] = Field(default_factory=list)
     tool_requests: list[list[dict[str, Any]]] = Field(default_factory=list)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _position: int = PrivateAttr(default=0)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Reject script items that are not replies, text or exceptions."""
+        for index, item in enumerate(self.script):
+            if not isinstance(item, (AIMessage, str, BaseException)):
+                raise TypeError(
+                    f"script item {index} must be an AIMessage, a str or an exception, "
+                    f"got {type(item).__name__}"
+                )
 
     @property
     def _llm_type(self) -> str:
@@ -71,6 +81,7 @@ class ScriptedChatModel(BaseChatModel):
         with self._lock:
             self.requests.append(list(messages))
             self.tool_requests.append(list(tools))
+            item: ScriptItem
             if self._position < len(self.script):
                 item = self.script[self._position]
                 self._position += 1

@@ -11,7 +11,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
-from state.context import Context
+from state.context import Context, require_context
 from state.graph_state import AgentState
 from state.models import input_window
 from state.settings import Settings
@@ -22,11 +22,9 @@ class RequestTooLargeError(RuntimeError):
     """The next model request does not fit the main model's input window."""
 
 
-def effective_settings(context: Context | None, default: Settings) -> Settings:
+def effective_settings(context: Context, default: Settings) -> Settings:
     """The run's settings: the context's override if it carries one, else the graph's."""
-    if context is not None and context.settings is not None:
-        return context.settings
-    return default
+    return context.settings if context.settings is not None else default
 
 
 class ModelNode:
@@ -52,7 +50,7 @@ class ModelNode:
         return [SystemMessage(content=settings.system_prompt), *state["messages"]]
 
     def _checked_request(self, state: AgentState, runtime: Runtime[Context]) -> list[BaseMessage]:
-        settings = effective_settings(runtime.context, self._settings)
+        settings = effective_settings(require_context(runtime.context), self._settings)
         request = self.build_request(state, settings)
         window = input_window(self._model, settings.context_window)
         if window is not None:

@@ -15,6 +15,17 @@ class ContextError(ValueError):
     """The runtime context is missing or holds an identity that cannot be used."""
 
 
+def require_context(context: object) -> Context:
+    """Return the run's ``Context``, or explain how to pass one."""
+    if not isinstance(context, Context):
+        raise ContextError(
+            "this graph needs a runtime context with a user id: pass "
+            "context=Context(user_id=...) to invoke/stream, or context={'user_id': ...} "
+            f"to a LangGraph server run (got {context!r})"
+        )
+    return context
+
+
 def validate_label(name: str, value: object) -> str:
     """Check that an identity label can be used as a Store namespace part, and return it."""
     if not isinstance(value, str) or not _LABEL.match(value):
@@ -29,7 +40,10 @@ def validate_label(name: str, value: object) -> str:
 class Context:
     """Identity and per-run settings, passed as ``context=`` to invoke/stream."""
 
-    user_id: str = field(metadata={"description": "Whose thread and memory this run uses."})
+    # A default lets a missing user_id reach the validation below and its clear message.
+    user_id: str = field(
+        default="", metadata={"description": "Whose thread and memory this run uses (required)."}
+    )
     agent_name: str = field(
         default="default",
         metadata={"description": "Agent persona; user facts are kept per agent name."},

@@ -10,6 +10,9 @@ from langchain_core.language_models import BaseChatModel
 SCRIPTED_MODEL_NAME = "scripted"
 """Value of ``CTXGRAPH_MODEL`` that selects the offline, deterministic demo model."""
 
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+"""Endpoint used when ``OPENAI_BASE_URL`` is not set."""
+
 ENVIRONMENT_HELP = (
     "no chat model is configured: set CTXGRAPH_MODEL (e.g. gpt-4o-mini) and OPENAI_API_KEY, "
     "or OPENAI_BASE_URL for an OpenAI-compatible server; CTXGRAPH_MODEL=scripted runs offline"
@@ -87,12 +90,17 @@ class Models:
             from graph.demo import demo_models
 
             return demo_models()
+        base_url = environ.get("OPENAI_BASE_URL", "").strip()
+        api_key = environ.get("OPENAI_API_KEY", "").strip()
+        if not base_url and not api_key:
+            raise ModelConfigError(ENVIRONMENT_HELP)
         return cls.openai(
             name,
             summary_model=environ.get("CTXGRAPH_SUMMARY_MODEL") or None,
             memory_model=environ.get("CTXGRAPH_MEMORY_MODEL") or None,
-            base_url=environ.get("OPENAI_BASE_URL") or None,
-            api_key=environ.get("OPENAI_API_KEY") or None,
+            # Explicit, so the client does not fall back to variables outside ``environ``.
+            base_url=base_url or OPENAI_BASE_URL,
+            api_key=api_key or None,
         )
 
 

@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 
 from graph.cli.render import transcript_lines
 from graph.cli.turns import stream_turn
-from graph.environment import graph_from_env
+from graph.environment import EnvironmentConfig
 from state.context import Context
 from store.persistence import open_persistence
 
@@ -27,10 +27,9 @@ def run_turns(
     texts: Iterable[str], *, context: Context, thread_id: str, out: TextIO, interactive: bool
 ) -> int:
     """Run each text as one turn on ``thread_id``; in interactive mode, read turns from stdin."""
+    configured = EnvironmentConfig.read(os.environ)
     with open_persistence() as persistence:
-        graph = graph_from_env(
-            os.environ, checkpointer=persistence.checkpointer, store=persistence.store
-        )
+        graph = configured.build(checkpointer=persistence.checkpointer, store=persistence.store)
         config = _config(thread_id)
         existing = graph.get_state(config).values.get("messages", [])
         if existing:
