@@ -1,0 +1,83 @@
+"""Shared fixtures: a real Postgres (embedded by default, DATABASE_URI when set)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store.embedded import embedded_uri
+from store.persistence import Persistence, open_persistence
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _outside_pytest_tmp() -> Path:
+    """A new folder outside pytest's temp root.
+
+    As root, the embedded Postgres runs as its own user and opens the parent folders to
+    it; pytest closes its temp root again whenever another session starts, so data folders
+    live elsewhere.
+    """
+    return Path(tempfile.mkdtemp(prefix="ctxgraph-test-"))
+
+
+@pytest.fixture(scope="session")
+def database_uri() -> str:
+    """A Postgres URI for the whole test session."""
+    configured = os.environ.get("DATABASE_URI", "").strip()
+    if configured:
+        return configured
+    home = _outside_pytest_tmp()
+    # Registered before the server starts, so it runs after the server's own stop at exit.
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return embedded_uri(home)
+
+
+@pytest.fixture
+def ctxgraph_home() -> Iterator[Path]:
+    """An empty data folder for a child process's embedded Postgres, removed afterwards."""
+    home = _outside_pytest_tmp()
+    yield home / "home"
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def persistence(database_uri: str) -> Iterator[Persistence]:
+    """A Postgres checkpointer and Store on the session database."""
+    with open_persistence(database_uri) as opened:
+        yield opened
+
+
+@pytest.fixture
+def thread_id() -> str:
+    """A thread id no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def subprocess_env(database_uri: str) -> dict[str, str]:
+    """Environment for a child ctxgraph process on the session database, offline model."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env.update(
+        {
+            "DATABASE_URI": database_uri,
+            "CTXGRAPH_MODEL": "scripted",
+            "PYTHONPATH": str(REPO_ROOT),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    """The interpreter running the tests (children use the same environment)."""
+    return sys.executable

@@ -1,0 +1,113 @@
+"""The ``ctxgraph`` command line, run as a user would run it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from .conftest import REPO_ROOT
+
+
+def ctxgraph(
+    python: str, env: dict[str, str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-m", "graph.cli", *args],
+        env=env,
+        cwd=REPO_ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any model or database configuration."""
+    drop = ("OPENAI_", "CTXGRAPH_", "DATABASE_URI")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    env.update(extra)
+    return env
+
+
+def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path) -> None:
+    env = clean_env(CTXGRAPH_HOME=str(ctxgraph_home))
+    demo = ctxgraph(python, env, "demo", "--thread", "demo-test")
+    assert demo.returncode == 0, demo.stderr
+    out = demo.stdout
+    assert "== process 1: 2 turns in a new Python process" in out
+    assert "← calculator [call_demo_4]: 391" in out
+    assert "Resuming thread demo-test (6 messages)" in out
+    assert "thread demo-test: 8 messages" in out
+    assert out.index("process 1 exited") < out.index("Earlier in this thread you said")
+    assert (ctxgraph_home / "pgdata" / "PG_VERSION").exists()
+
+    # The demo's thread is still there for a later process.
+    shown = ctxgraph(python, env, "threads", "show", "demo-test")
+    assert shown.returncode == 0, shown.stderr
+    assert "[8] assistant: Earlier in this thread you said:" in shown.stdout
+
+
+def test_chat_streams_and_resumes_after_restart(
+    python: str, subprocess_env: dict[str, str], thread_id: str
+) -> None:
+    first = ctxgraph(
+        python,
+        subprocess_env,
+        "chat",
+        "--user",
+        "u1",
+        "--thread",
+        thread_id,
+        stdin="What is 12 * 12?\n/exit\nnever sent\n",
+    )
+    assert first.returncode == 0, first.stderr
+    assert f"New thread {thread_id}." in first.stdout
+    assert re.search(r"→ calculator\(\{\"expression\": \"12 \* 12\"\}\)", first.stdout)
+    assert "assistant: The calculator says 144." in first.stdout
+    assert "never sent" not in first.stdout.split("/exit")[1]
+
+    second = ctxgraph(
+        python,
+        subprocess_env,
+        "chat",
+        "--user",
+        "u1",
+        "--thread",
+        thread_id,
+        stdin="What did I say before?\n",
+    )
+    assert second.returncode == 0, second.stderr
+    assert f"Resuming thread {thread_id} (4 messages)" in second.stdout
+    assert '"What is 12 * 12?"' in second.stdout
+
+
+def test_chat_without_a_model_fails_with_one_line(python: str, ctxgraph_home: Path) -> None:
+    env = clean_env(CTXGRAPH_HOME=str(ctxgraph_home))
+    result = ctxgraph(python, env, "chat", "--user", "u", "--thread", "t", stdin="hi\n")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "CTXGRAPH_MODEL" in lines[0]
+    assert "OPENAI_API_KEY" in lines[0]
+    assert "OPENAI_BASE_URL" in lines[0]
+    assert not ctxgraph_home.exists(), "the database was started before the model was checked"
+
+
+def test_threads_show_unknown_thread(python: str, subprocess_env: dict[str, str]) -> None:
+    result = ctxgraph(python, subprocess_env, "threads", "show", "no-such-thread")
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "ctxgraph: no thread 'no-such-thread' has been saved in this database"
+    )
+
+
+def test_bad_user_id_is_named(python: str, subprocess_env: dict[str, str]) -> None:
+    result = ctxgraph(python, subprocess_env, "run", "--user", "a b", "--thread", "t", "hi")
+    assert result.returncode == 2
+    assert "Context.user_id" in result.stderr

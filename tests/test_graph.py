@@ -1,0 +1,182 @@
+"""The graph's topology, the exact requests the model receives, and configuration errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from graph import build_graph, create_builder
+from graph.demo import demo_models, demo_tools
+from graph.scripted_model import ScriptedChatModel, ScriptExhaustedError
+from nodes.model import RequestTooLargeError
+from nodes.routing import route_after_model
+from state import Context, Models, Settings, SettingsError
+from state.context import ContextError
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    """Look up an order's shipping status."""
+    if order_id == "BROKEN":
+        raise RuntimeError("order service unavailable")
+    return f"order {order_id}: shipped"
+
+
+def call(name: str, args: dict[str, str], call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id}])
+
+
+def config(thread: str = "t") -> dict[str, dict[str, str]]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def test_topology_matches_snapshot() -> None:
+    drawn = build_graph(models=demo_models(), tools=demo_tools()).get_graph().draw_mermaid()
+    assert drawn == SNAPSHOT.read_text(encoding="utf-8")
+
+
+def test_builder_is_uncompiled_and_compiles_with_callers_persistence() -> None:
+    builder = create_builder(models=demo_models(), tools=demo_tools())
+    assert set(builder.nodes) == {"model", "tools"}
+    saver = InMemorySaver()
+    compiled = builder.compile(checkpointer=saver)
+    compiled.invoke({"messages": [("user", "hi")]}, config(), context=Context(user_id="u"))
+    assert saver.get_tuple(config()) is not None
+
+
+def test_model_receives_system_prompt_then_window() -> None:
+    model = ScriptedChatModel(script=["first answer", "second answer"])
+    graph = build_graph(
+        models=Models(main=model),
+        settings=Settings(system_prompt="Be brief."),
+        checkpointer=InMemorySaver(),
+    )
+    ctx = Context(user_id="u1")
+    graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config(), context=ctx)
+    graph.invoke({"messages": [HumanMessage("two", id="h2")]}, config(), context=ctx)
+    second = model.requests[1]
+    assert [type(m) for m in second] == [SystemMessage, HumanMessage, AIMessage, HumanMessage]
+    assert [m.content for m in second] == ["Be brief.", "one", "first answer", "two"]
+    state = graph.get_state(config()).values
+    assert not any(isinstance(m, SystemMessage) for m in state["messages"])
+
+
+def test_context_settings_override_build_settings() -> None:
+    model = ScriptedChatModel(script=["ok"])
+    graph = build_graph(models=Models(main=model), settings=Settings(system_prompt="graph"))
+    ctx = Context(user_id="u1", settings={"system_prompt": "run"})  # as a server sends it
+    graph.invoke({"messages": [("user", "hi")]}, context=ctx)
+    assert model.requests[0][0].content == "run"
+
+
+def test_tool_call_round_trip_and_bound_schemas() -> None:
+    model = ScriptedChatModel(script=[call("lookup_order", {"order_id": "A-7"}, "c1"), "done"])
+    graph = build_graph(models=Models(main=model), tools=[lookup_order])
+    result = graph.invoke({"messages": [("user", "where is A-7?")]}, context=Context(user_id="u"))
+    tool_message = result["messages"][2]
+    assert isinstance(tool_message, ToolMessage)
+    assert tool_message.tool_call_id == "c1"
+    assert tool_message.content == "order A-7: shipped"
+    assert result["messages"][-1].content == "done"
+    assert [t["function"]["name"] for t in model.tool_requests[0]] == ["lookup_order"]
+    assert model.requests[1][-1] == tool_message
+
+
+def test_tool_failure_returns_error_to_model() -> None:
+    model = ScriptedChatModel(
+        script=[call("lookup_order", {"order_id": "BROKEN"}, "c9"), "sorry, it failed"]
+    )
+    graph = build_graph(models=Models(main=model), tools=[lookup_order])
+    result = graph.invoke({"messages": [("user", "check BROKEN")]}, context=Context(user_id="u"))
+    error = result["messages"][2]
+    assert isinstance(error, ToolMessage)
+    assert error.status == "error"
+    assert "order service unavailable" in str(error.content)
+    assert model.requests[1][-1].status == "error"
+
+
+async def test_async_path_matches_sync() -> None:
+    model = ScriptedChatModel(script=[call("lookup_order", {"order_id": "B-2"}, "c2"), "async ok"])
+    graph = build_graph(models=Models(main=model), tools=[lookup_order])
+    result = await graph.ainvoke(
+        {"messages": [("user", "where is B-2?")]}, context=Context(user_id="u")
+    )
+    assert [m.type for m in result["messages"]] == ["human", "ai", "tool", "ai"]
+    assert result["messages"][-1].content == "async ok"
+
+
+def test_request_over_the_input_window_is_refused_before_the_call() -> None:
+    model = ScriptedChatModel(script=["never"])
+    graph = build_graph(models=Models(main=model), settings=Settings(context_window=256))
+    with pytest.raises(RequestTooLargeError, match=r"over the main model's input window of 256"):
+        graph.invoke({"messages": [("user", "word " * 400)]}, context=Context(user_id="u"))
+    assert model.calls == 0
+
+
+def test_reported_window_wins_over_setting() -> None:
+    model = ScriptedChatModel(script=["fits"])
+    model.profile = {"max_input_tokens": 100_000}
+    graph = build_graph(models=Models(main=model), settings=Settings(context_window=256))
+    result = graph.invoke({"messages": [("user", "word " * 400)]}, context=Context(user_id="u"))
+    assert result["messages"][-1].content == "fits"
+
+
+def test_scripted_model_says_when_script_runs_out() -> None:
+    graph = build_graph(models=Models(main=ScriptedChatModel(script=[])))
+    with pytest.raises(ScriptExhaustedError, match="no reply for call 1"):
+        graph.invoke({"messages": [("user", "hi")]}, context=Context(user_id="u"))
+
+
+def test_router_rejects_unexpected_state() -> None:
+    assert route_after_model({"messages": [AIMessage("x")]}) == "finish"
+    assert route_after_model({"messages": [call("t", {}, "c")]}) == "tools"
+    with pytest.raises(ValueError, match="HumanMessage"):
+        route_after_model({"messages": [HumanMessage("x")]})
+    with pytest.raises(ValueError, match="no messages"):
+        route_after_model({"messages": []})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"context_window": 10}, "context_window must be an integer of at least 256"),
+        ({"context_window": True}, "context_window"),
+        ({"system_prompt": "  "}, "system_prompt must be a non-empty string"),
+    ],
+)
+def test_settings_validation_names_the_setting(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_settings_from_env_and_mapping() -> None:
+    assert Settings.from_env({"CTXGRAPH_CONTEXT_WINDOW": "32000"}).context_window == 32000
+    with pytest.raises(SettingsError, match="CTXGRAPH_CONTEXT_WINDOW must be a whole number"):
+        Settings.from_env({"CTXGRAPH_CONTEXT_WINDOW": "lots"})
+    with pytest.raises(SettingsError, match=r"unknown setting\(s\) \['trigger'\]"):
+        Settings.from_mapping({"trigger": 1})
+
+
+@pytest.mark.parametrize("user_id", ["", "a.b", "has space", None, "x" * 129])
+def test_context_rejects_unusable_user_ids(user_id: object) -> None:
+    with pytest.raises(ContextError, match=r"Context\.user_id"):
+        Context(user_id=user_id)  # type: ignore[arg-type]
+
+
+def test_missing_user_id_is_a_context_error() -> None:
+    with pytest.raises(ContextError, match=r"Context\.user_id must be"):
+        Context()
+
+
+def test_run_without_context_is_refused_with_instructions() -> None:
+    model = ScriptedChatModel(script=["never"])
+    graph = build_graph(models=Models(main=model), checkpointer=InMemorySaver())
+    with pytest.raises(ContextError, match=r"pass context=Context\(user_id=\.\.\.\)"):
+        graph.invoke({"messages": [("user", "hi")]}, config("no-context"))
+    assert model.calls == 0
