@@ -15,8 +15,7 @@ import pytest
 
 from store.embedded import embedded_uri
 from store.persistence import Persistence, open_persistence
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.cli import REPO_ROOT
 
 
 def _outside_pytest_tmp() -> Path:

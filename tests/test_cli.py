@@ -4,25 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
-from .conftest import REPO_ROOT
-
-
-def ctxgraph(
-    python: str, env: dict[str, str], *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [python, "-m", "graph.cli", *args],
-        env=env,
-        cwd=REPO_ROOT,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+from tests.support.cli import REPO_ROOT, run_ctxgraph
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -36,7 +20,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path) -> None:
     env = clean_env(CTXGRAPH_HOME=str(ctxgraph_home))
-    demo = ctxgraph(python, env, "demo", "--thread", "demo-test")
+    demo = run_ctxgraph(python, env, "demo", "--thread", "demo-test")
     assert demo.returncode == 0, demo.stderr
     out = demo.stdout
     assert "== process 1: 2 turns in a new Python process" in out
@@ -47,7 +31,7 @@ def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path
     assert (ctxgraph_home / "pgdata" / "PG_VERSION").exists()
 
     # The demo's thread is still there for a later process.
-    shown = ctxgraph(python, env, "threads", "show", "demo-test")
+    shown = run_ctxgraph(python, env, "threads", "show", "demo-test")
     assert shown.returncode == 0, shown.stderr
     assert "[8] assistant: Earlier in this thread you said:" in shown.stdout
 
@@ -55,7 +39,7 @@ def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path
 def test_chat_streams_and_resumes_after_restart(
     python: str, subprocess_env: dict[str, str], thread_id: str
 ) -> None:
-    first = ctxgraph(
+    first = run_ctxgraph(
         python,
         subprocess_env,
         "chat",
@@ -71,7 +55,7 @@ def test_chat_streams_and_resumes_after_restart(
     assert "assistant: The calculator says 144." in first.stdout
     assert "never sent" not in first.stdout.split("/exit")[1]
 
-    second = ctxgraph(
+    second = run_ctxgraph(
         python,
         subprocess_env,
         "chat",
@@ -88,7 +72,7 @@ def test_chat_streams_and_resumes_after_restart(
 
 def test_chat_without_a_model_fails_with_one_line(python: str, ctxgraph_home: Path) -> None:
     env = clean_env(CTXGRAPH_HOME=str(ctxgraph_home))
-    result = ctxgraph(python, env, "chat", "--user", "u", "--thread", "t", stdin="hi\n")
+    result = run_ctxgraph(python, env, "chat", "--user", "u", "--thread", "t", stdin="hi\n")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
@@ -99,7 +83,7 @@ def test_chat_without_a_model_fails_with_one_line(python: str, ctxgraph_home: Pa
 
 
 def test_threads_show_unknown_thread(python: str, subprocess_env: dict[str, str]) -> None:
-    result = ctxgraph(python, subprocess_env, "threads", "show", "no-such-thread")
+    result = run_ctxgraph(python, subprocess_env, "threads", "show", "no-such-thread")
     assert result.returncode == 2
     assert (
         result.stderr.strip()
@@ -108,6 +92,6 @@ def test_threads_show_unknown_thread(python: str, subprocess_env: dict[str, str]
 
 
 def test_bad_user_id_is_named(python: str, subprocess_env: dict[str, str]) -> None:
-    result = ctxgraph(python, subprocess_env, "run", "--user", "a b", "--thread", "t", "hi")
+    result = run_ctxgraph(python, subprocess_env, "run", "--user", "a b", "--thread", "t", "hi")
     assert result.returncode == 2
     assert "Context.user_id" in result.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,32 +12,19 @@ from graph.demo import demo_models, demo_tools
 from state import Context
 from store.embedded import EmbeddedPostgresError, database_uri, embedded_uri
 from store.persistence import DatabaseError, open_async_persistence, open_persistence
-
-from .conftest import REPO_ROOT
-
-
-def run_cli(python: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [python, "-m", "graph.cli", *args],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+from tests.support.cli import REPO_ROOT, run_ctxgraph
 
 
 def test_turns_in_separate_processes_share_one_thread(
     python: str, subprocess_env: dict[str, str], database_uri: str, thread_id: str
 ) -> None:
-    first = run_cli(
+    first = run_ctxgraph(
         python, subprocess_env, "run", "--user", "u1", "--thread", thread_id, "What is 6 * 7?"
     )
     assert first.returncode == 0, first.stderr
     assert "The calculator says 42." in first.stdout
 
-    second = run_cli(
+    second = run_ctxgraph(
         python,
         subprocess_env,
         "run",
@@ -120,9 +106,9 @@ def test_embedded_server_is_shared_by_processes(ctxgraph_home: Path, python: str
     home = ctxgraph_home
     env = {"CTXGRAPH_HOME": str(home), "CTXGRAPH_MODEL": "scripted", "PATH": "/usr/bin:/bin"}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    first = run_cli(python, env, "run", "--user", "u", "--thread", "shared", "remember Kyoto")
+    first = run_ctxgraph(python, env, "run", "--user", "u", "--thread", "shared", "remember Kyoto")
     assert first.returncode == 0, first.stderr
-    shown = run_cli(python, env, "threads", "show", "shared")
+    shown = run_ctxgraph(python, env, "threads", "show", "shared")
     assert shown.returncode == 0, shown.stderr
     assert "[1] user: remember Kyoto" in shown.stdout
     assert (home / "pgdata" / "PG_VERSION").exists()

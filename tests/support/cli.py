@@ -1,0 +1,24 @@
+"""Runs the ``ctxgraph`` command line in a child process, as a user would."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def run_ctxgraph(
+    python: str, env: dict[str, str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m graph.cli ARGS`` from the repository root and capture its output."""
+    return subprocess.run(
+        [python, "-m", "graph.cli", *args],
+        env=env,
+        cwd=REPO_ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
