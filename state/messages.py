@@ -51,3 +51,21 @@ def check_input(current: Sequence[BaseMessage] | None, update: Any) -> None:
     if not isinstance(update, dict) or "messages" not in update:
         return
     check_tool_results(current or [], coerce_messages(update["messages"]))
+
+
+ORIGIN_KEY = "origin"
+"""``additional_kwargs`` key that marks a message ctxgraph (or a caller) injected."""
+
+HIDE_FROM_UI_KEY = "hide_from_ui"
+"""``additional_kwargs`` key telling UIs not to show an injected message."""
+
+
+def message_origin(message: BaseMessage) -> str | None:
+    """The origin mark of an injected message (``memory``, ``summary``, ...), else ``None``."""
+    value = message.additional_kwargs.get(ORIGIN_KEY)
+    return value if isinstance(value, str) else None
+
+
+def is_real_user_message(message: BaseMessage) -> bool:
+    """True for what a person typed: a human message that carries no origin mark."""
+    return message.type == "human" and message_origin(message) is None
