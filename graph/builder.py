@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from langchain_core.tools import BaseTool
 from langgraph._internal._runnable import RunnableCallable
@@ -13,7 +13,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
 from graph.input_check import attach_input_check
+from nodes.compaction.node import CompactNode
+from nodes.history_tool import read_history_tool
 from nodes.model import ModelNode
+from nodes.request import RequestBuilder
 from nodes.routing import route_after_model
 from nodes.tools import tools_node
 from state.context import Context
@@ -34,18 +37,34 @@ def create_builder(
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence."""
     settings = settings or Settings()
+    all_tools = _with_builtin_tools(tools)
     counter = TokenCounter()
-    model = ModelNode(models.main, tools, settings, counter)
+    requests = RequestBuilder(all_tools, counter)
+    model = ModelNode(models.main, all_tools, settings, requests)
+    compact = CompactNode(models, requests, settings, counter)
+    before_model: dict[Hashable, str] = {"compact": "compact", "model": "model"}
 
     builder: Builder = StateGraph(
         AgentState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
+    builder.add_node("compact", RunnableCallable(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", RunnableCallable(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(tools))
-    builder.add_edge(START, "model")
+    builder.add_node("tools", tools_node(all_tools))
+    builder.add_conditional_edges(START, compact.route, before_model)
+    builder.add_edge("compact", "model")
     builder.add_conditional_edges("model", route_after_model, {"tools": "tools", "finish": END})
-    builder.add_edge("tools", "model")
+    builder.add_conditional_edges("tools", compact.route, before_model)
     return builder
+
+
+def _with_builtin_tools(tools: Sequence[BaseTool]) -> list[BaseTool]:
+    """The caller's tools plus ``read_history``; tool names must be unique."""
+    all_tools = [*tools, read_history_tool()]
+    names = [t.name for t in all_tools]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"tool names must be unique; {duplicates} appear more than once")
+    return all_tools
 
 
 def build_graph(

@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool, tool
 
 from graph.scripted_model import ScriptedChatModel
+from nodes.compaction.summarizer import SUMMARY_SYSTEM
 from state.models import Models
 
 _ARITHMETIC = re.compile(r"(\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+)")
@@ -45,8 +46,42 @@ def _text(message: BaseMessage) -> str:
     return message.content if isinstance(message.content, str) else message.text
 
 
+def _block(text: str, tag: str) -> str:
+    match = re.search(rf"<{tag}>\n(.*?)\n</{tag}>", text, re.DOTALL)
+    return match.group(1).strip() if match else ""
+
+
+def _section(text: str, title: str, following: str | None) -> str:
+    end = rf"\n{following}\n" if following else r"$"
+    match = re.search(rf"^{title}\n(.*?){end}", text, re.DOTALL | re.MULTILINE)
+    return match.group(1).strip() if match else ""
+
+
+def demo_summary(prompt: str) -> AIMessage:
+    """A deterministic four-section summary built from the summary prompt's data blocks."""
+    previous = _block(prompt, "previous_summary")
+    folded = _block(prompt, "folded_messages").splitlines()
+    request = _block(prompt, "current_request")
+    said = [line.removeprefix("human: ") for line in folded if line.startswith("human: ")]
+    calls = [line for line in folded if line.startswith("assistant called ")]
+    intent = _section(previous, "SESSION INTENT", "SUMMARY") or (said[0] if said else request)
+    earlier = _section(previous, "SUMMARY", "ARTIFACTS").splitlines()
+    latest = f"Folded {len(folded)} lines: {len(said)} user turns, {len(calls)} tool calls."
+    if said:
+        latest += f" The user last said: {said[-1]}"
+    lines = [*earlier, latest][-6:]
+    body = "\n".join(lines)
+    return AIMessage(
+        content=f"SESSION INTENT\n{intent}\nSUMMARY\n{body}\n"
+        "ARTIFACTS\nSee the ledger for exact identifiers and tool-call states.\n"
+        f"NEXT STEPS\nAnswer the current request: {request or 'none'}"
+    )
+
+
 def demo_reply(messages: list[BaseMessage]) -> AIMessage:
     """Answer deterministically: arithmetic goes through the calculator, recall reads history."""
+    if messages and _text(messages[0]) == SUMMARY_SYSTEM:
+        return demo_summary(_text(messages[-1]))
     last = messages[-1]
     if isinstance(last, ToolMessage):
         return AIMessage(content=f"The calculator says {_text(last)}.")
@@ -54,7 +89,8 @@ def demo_reply(messages: list[BaseMessage]) -> AIMessage:
     said = _text(users[-1]) if users else ""
     expression = _ARITHMETIC.search(said)
     if expression:
-        call_id = f"call_demo_{len(messages)}"
+        # Unique per user message (its id is a fresh UUID), stable when replayed.
+        call_id = f"call_{(users[-1].id or str(len(messages)))[:8]}"
         return AIMessage(
             content="",
             tool_calls=[

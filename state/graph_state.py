@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, NotRequired
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -19,9 +19,14 @@ class OutputState(TypedDict):
     """What a caller (or a parent graph) receives back."""
 
     messages: Annotated[list[AnyMessage], add_messages]
+    summary: NotRequired[dict[str, Any] | None]
 
 
 class AgentState(TypedDict):
     """The checkpointed thread state; ``messages`` is the working window only."""
 
     messages: Annotated[list[AnyMessage], add_messages]
+    summary: NotRequired[dict[str, Any] | None]
+    """The current verified summary: four sections plus the code-derived ledger."""
+    compaction: NotRequired[dict[str, Any] | None]
+    """The compaction mark: version, cursor, checksum and chain hash of the archive."""

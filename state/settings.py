@@ -16,6 +16,18 @@ class SettingsError(ValueError):
     """A setting has a value that cannot work; the message names it and what would."""
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require_int(name: str, value: object, *, minimum: int, example: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise SettingsError(
+            f"Settings.{name} must be a whole number of at least {minimum} "
+            f"(for example {example}), got {value!r}"
+        )
+
+
 @dataclass(kw_only=True, frozen=True)
 class Settings:
     """Behaviour knobs shared by every node; validated on construction."""
@@ -32,18 +44,98 @@ class Settings:
         },
     )
 
+    trigger_tokens: int = field(
+        default=18_000,
+        metadata={"description": "Compact when the whole next request reaches this many tokens."},
+    )
+    trigger_messages: int = field(
+        default=60,
+        metadata={"description": "Compact when the working window holds this many messages."},
+    )
+    trigger_fraction: float | None = field(
+        default=None,
+        metadata={
+            "description": "Compact when the request reaches this fraction of the main model's "
+            "input window (needs a known window); None turns this trigger off."
+        },
+    )
+    keep_messages: int = field(
+        default=8,
+        metadata={"description": "Recent messages kept verbatim when compacting."},
+    )
+    summary_max_tokens: int = field(
+        default=1_500,
+        metadata={"description": "Largest accepted summary (sections plus ledger), in tokens."},
+    )
+    summary_input_budget: int = field(
+        default=12_000,
+        metadata={
+            "description": "Largest input to one summary call; more is summarized in chunks "
+            "of whole tool exchanges."
+        },
+    )
+    ledger_max_tool_calls: int = field(
+        default=40,
+        metadata={
+            "description": "Tool-call entries the ledger lists before folding old read-only "
+            "successes into counts (side effects and failures are never folded)."
+        },
+    )
+    ledger_max_identifiers: int = field(
+        default=200,
+        metadata={"description": "Exact identifiers the ledger keeps (the most recent win)."},
+    )
+    read_only_tools: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "description": "Tool names to treat as read-only besides the name-prefix rule "
+            "(get_, list_, search, lookup, ...)."
+        },
+    )
+
     def __post_init__(self) -> None:
         if not isinstance(self.system_prompt, str) or not self.system_prompt.strip():
             raise SettingsError(
                 f"Settings.system_prompt must be a non-empty string, got {self.system_prompt!r}"
             )
         window = self.context_window
-        if window is not None and (
-            isinstance(window, bool) or not isinstance(window, int) or window < 256
-        ):
+        if window is not None and (not _is_int(window) or window < 256):
             raise SettingsError(
                 "Settings.context_window must be an integer of at least 256 tokens "
                 f"(for example 128000) or None, got {window!r}"
+            )
+        _require_int("keep_messages", self.keep_messages, minimum=1, example=8)
+        _require_int(
+            "trigger_messages", self.trigger_messages, minimum=self.keep_messages + 2, example=60
+        )
+        _require_int("trigger_tokens", self.trigger_tokens, minimum=500, example=18_000)
+        _require_int("summary_max_tokens", self.summary_max_tokens, minimum=100, example=1_500)
+        if self.summary_max_tokens >= self.trigger_tokens:
+            raise SettingsError(
+                f"Settings.summary_max_tokens ({self.summary_max_tokens}) must be below "
+                f"trigger_tokens ({self.trigger_tokens}), or a summary could never fit"
+            )
+        _require_int(
+            "summary_input_budget", self.summary_input_budget, minimum=1_000, example=12_000
+        )
+        _require_int("ledger_max_tool_calls", self.ledger_max_tool_calls, minimum=1, example=40)
+        _require_int("ledger_max_identifiers", self.ledger_max_identifiers, minimum=1, example=200)
+        fraction = self.trigger_fraction
+        if fraction is not None and (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, (int, float))
+            or not 0 < fraction <= 1
+        ):
+            raise SettingsError(
+                "Settings.trigger_fraction must be a number in (0, 1], for example 0.8, "
+                f"or None, got {fraction!r}"
+            )
+        if not isinstance(self.read_only_tools, tuple) or not all(
+            isinstance(name, str) for name in self.read_only_tools
+        ):
+            raise SettingsError(
+                "Settings.read_only_tools must be a tuple of tool names, "
+                f"got {self.read_only_tools!r}"
             )
 
     @classmethod

@@ -43,7 +43,7 @@ def test_topology_matches_snapshot() -> None:
 
 def test_builder_is_uncompiled_and_compiles_with_callers_persistence() -> None:
     builder = create_builder(models=demo_models(), tools=demo_tools())
-    assert set(builder.nodes) == {"model", "tools"}
+    assert set(builder.nodes) == {"compact", "model", "tools"}
     saver = InMemorySaver()
     compiled = builder.compile(checkpointer=saver)
     compiled.invoke({"messages": [("user", "hi")]}, config(), context=Context(user_id="u"))
@@ -84,7 +84,8 @@ def test_tool_call_round_trip_and_bound_schemas() -> None:
     assert tool_message.tool_call_id == "c1"
     assert tool_message.content == "order A-7: shipped"
     assert result["messages"][-1].content == "done"
-    assert [t["function"]["name"] for t in model.tool_requests[0]] == ["lookup_order"]
+    bound = [t["function"]["name"] for t in model.tool_requests[0]]
+    assert bound == ["lookup_order", "read_history"]
     assert model.requests[1][-1] == tool_message
 
 

@@ -1,0 +1,228 @@
+"""The ``compact`` node and its router: fold old messages into a verified summary."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+
+from nodes.compaction.ledger import (
+    Ledger,
+    bound_ledger,
+    derive_ledger,
+    empty_ledger,
+    merge_ledgers,
+)
+from nodes.compaction.partition import partition_history
+from nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
+from nodes.compaction.triggers import fired_triggers
+from nodes.compaction.verify import size_problems, summary_problems
+from nodes.request import RequestBuilder, RequestSize
+from nodes.settings import effective_settings
+from state.context import Context, require_context
+from state.messages import is_real_user_message
+from state.models import Models, input_window
+from state.settings import Settings
+from state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
+from state.tokens import TokenCounter
+from store.archive import ArchiveRecord, ThreadArchive, build_record
+
+logger = logging.getLogger("ctxgraph.compaction")
+
+
+class CompactionError(RuntimeError):
+    """Compaction cannot proceed and the request does not fit; the message says what is big."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one compaction attempt needs, worked out before any model call."""
+
+    settings: Settings
+    archive: ThreadArchive
+    old: list[BaseMessage]
+    kept: list[BaseMessage]
+    previous: dict[str, Any] | None
+    mark: dict[str, Any]
+    before: RequestSize
+    window: int | None
+    ledger: Ledger
+
+    def summary(self, sections: dict[str, str]) -> dict[str, Any]:
+        """The summary record for candidate sections: schema version, sections, ledger."""
+        return {"schema_version": SUMMARY_SCHEMA_VERSION, **sections, "ledger": self.ledger}
+
+    def check(self, sections: dict[str, str]) -> list[str]:
+        """Schema, size and ledger problems of candidate sections."""
+        return summary_problems(self.summary(sections), self.settings)
+
+    @property
+    def job(self) -> SummaryJob:
+        """The summary call's input."""
+        latest = next((m for m in reversed(self.kept) if is_real_user_message(m)), None)
+        request = "" if latest is None else latest.text
+        return SummaryJob(self.previous, self.old, request)
+
+
+class CompactNode:
+    """Router and node: decides when to compact, then summarizes, verifies and commits."""
+
+    def __init__(
+        self, models: Models, builder: RequestBuilder, settings: Settings, counter: TokenCounter
+    ) -> None:
+        self._main = models.main
+        self._builder = builder
+        self._settings = settings
+        self._counter = counter
+        self._writer = SummaryWriter([models.summary_model, models.main], counter)
+
+    def _measure(self, state: dict[str, Any], settings: Settings) -> RequestSize:
+        return self._builder.measure(self._builder.build(state, settings))
+
+    def route(
+        self, state: dict[str, Any], runtime: Runtime[Context]
+    ) -> Literal["compact", "model"]:
+        """Send the run through ``compact`` when any trigger fires for the next request."""
+        settings = effective_settings(require_context(runtime.context), self._settings)
+        size = self._measure(state, settings)
+        window = input_window(self._main, settings.context_window)
+        return "compact" if fired_triggers(size, settings, window) else "model"
+
+    def _plan(
+        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+    ) -> Plan:
+        settings = effective_settings(require_context(runtime.context), self._settings)
+        old, kept = partition_history(state.get("messages") or [], settings.keep_messages)
+        previous: dict[str, Any] | None = state.get("summary")
+        ledger = bound_ledger(
+            merge_ledgers(
+                (previous or {}).get("ledger") or empty_ledger(),
+                derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
+            ),
+            max_tool_calls=settings.ledger_max_tool_calls,
+            max_identifiers=settings.ledger_max_identifiers,
+        )
+        return Plan(
+            settings=settings,
+            archive=ThreadArchive(_require_store(runtime.store), _thread_id(config)),
+            old=old,
+            kept=kept,
+            previous=previous,
+            mark=dict(state.get("compaction") or {}),
+            before=self._measure(state, settings),
+            window=input_window(self._main, settings.context_window),
+            ledger=ledger,
+        )
+
+    def invoke(
+        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Synchronous compaction."""
+        plan = self._plan(state, runtime, config)
+        if not plan.old:
+            return self._give_up(plan, "nothing old enough to fold")
+        try:
+            sections = self._writer.write(plan.job, plan.settings, plan.check)
+        except SummaryError as error:
+            return self._give_up(plan, f"no usable summary ({error})")
+        outcome = self._finish(plan, sections)
+        if isinstance(outcome, str):
+            return self._give_up(plan, outcome)
+        record, update = outcome
+        plan.archive.put(record, uncommitted=True)
+        return update
+
+    async def ainvoke(
+        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Asynchronous compaction."""
+        plan = self._plan(state, runtime, config)
+        if not plan.old:
+            return self._give_up(plan, "nothing old enough to fold")
+        try:
+            sections = await self._writer.awrite(plan.job, plan.settings, plan.check)
+        except SummaryError as error:
+            return self._give_up(plan, f"no usable summary ({error})")
+        outcome = self._finish(plan, sections)
+        if isinstance(outcome, str):
+            return self._give_up(plan, outcome)
+        record, update = outcome
+        await plan.archive.aput(record, uncommitted=True)
+        return update
+
+    def _finish(
+        self, plan: Plan, sections: dict[str, str]
+    ) -> tuple[ArchiveRecord, dict[str, Any]] | str:
+        """Commit material for a checked summary; a string return says why it was rejected."""
+        summary = plan.summary(sections)
+        version = int(plan.mark.get("version", 0)) + 1
+        record = build_record(
+            version=version,
+            messages=plan.old,
+            summary=summary,
+            previous_cursor=int(plan.mark.get("cursor", 0)),
+            previous_chain_hash=str(plan.mark.get("chain_hash", CHAIN_SEED)),
+        )
+        mark = {
+            "version": version,
+            "cursor": record["cursor"],
+            "checksum": record["checksum"],
+            "chain_hash": record["chain_hash"],
+        }
+        after = self._measure(
+            {"messages": plan.kept, "summary": summary, "compaction": mark}, plan.settings
+        )
+        problems = size_problems(plan.before, after, plan.settings, plan.window)
+        if problems:
+            return "; ".join(problems)
+        update = {
+            "summary": summary,
+            "compaction": mark,
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *plan.kept],
+        }
+        return record, update
+
+    def _give_up(self, plan: Plan, reason: str) -> dict[str, Any]:
+        """Keep the old summary and every message; fail only if the request cannot fit."""
+        logger.warning("compaction skipped, state left as it was: %s", reason)
+        if plan.window is not None and plan.before.tokens > plan.window:
+            raise CompactionError(
+                f"compaction failed ({reason}) and the request is {plan.before.tokens} tokens, "
+                f"over the main model's input window of {plan.window}; "
+                f"{self._largest(plan.kept + plan.old)}"
+            )
+        return {}
+
+    def _largest(self, messages: list[BaseMessage]) -> str:
+        if not messages:
+            return "the system prompt and tool schemas alone are too large"
+        biggest = max(messages, key=self._counter.count_message)
+        name = getattr(biggest, "name", None) or biggest.type
+        return (
+            f"the largest message is a {biggest.type} message ({name}, id {biggest.id}) "
+            f"of {self._counter.count_message(biggest)} tokens"
+        )
+
+
+def _require_store(store: BaseStore | None) -> BaseStore:
+    if store is None:
+        raise CompactionError(
+            "compaction archives folded messages in a LangGraph Store, and this graph has "
+            "none: pass store= to build_graph (a LangGraph server provides one)"
+        )
+    return store
+
+
+def _thread_id(config: RunnableConfig) -> str:
+    thread_id = (config.get("configurable") or {}).get("thread_id")
+    if not isinstance(thread_id, str) or not thread_id:
+        raise CompactionError(
+            "compaction needs a thread: pass config={'configurable': {'thread_id': ...}}"
+        )
+    return thread_id

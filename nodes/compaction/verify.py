@@ -1,0 +1,52 @@
+"""Checks a candidate summary before it may replace the old one."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from nodes.compaction.ledger import Ledger, find_contradictions
+from nodes.compaction.render import SECTIONS, render_sections
+from nodes.compaction.triggers import fired_triggers
+from nodes.request import RequestSize
+from state.settings import Settings
+from state.summary import SUMMARY_SCHEMA_VERSION
+from state.tokens import count_text
+
+
+def summary_problems(summary: dict[str, Any], settings: Settings) -> list[str]:
+    """Schema, size and ledger-consistency problems of a summary record."""
+    problems: list[str] = []
+    if summary.get("schema_version") != SUMMARY_SCHEMA_VERSION:
+        problems.append(
+            f"schema_version is {summary.get('schema_version')!r}, "
+            f"expected {SUMMARY_SCHEMA_VERSION}"
+        )
+    for key, title in SECTIONS:
+        value = summary.get(key)
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"section {title} is missing or empty")
+    if problems:
+        return problems
+    size = count_text(render_sections(summary))
+    if size > settings.summary_max_tokens:
+        problems.append(f"summary is {size} tokens, over {settings.summary_max_tokens}")
+    ledger = summary.get("ledger")
+    if not isinstance(ledger, dict):
+        problems.append("the ledger is missing")
+    else:
+        # The ledger was built by derive/merge/bound_ledger, so its shape is known.
+        problems.extend(find_contradictions(render_sections(summary), cast(Ledger, ledger)))
+    return problems
+
+
+def size_problems(
+    before: RequestSize, after: RequestSize, settings: Settings, window: int | None
+) -> list[str]:
+    """The compacted request must be smaller than before and under every trigger."""
+    problems: list[str] = []
+    if after.tokens >= before.tokens:
+        problems.append(f"the request would not shrink ({before.tokens} -> {after.tokens} tokens)")
+    still = fired_triggers(after, settings, window)
+    if still:
+        problems.append("the compacted request still fires " + "; ".join(still))
+    return problems

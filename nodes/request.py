@@ -1,0 +1,71 @@
+"""Assembles the exact request the main model sees, and measures it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.tools import BaseTool
+
+from nodes.compaction.partition import repair_tool_pairs
+from nodes.compaction.render import render_summary
+from state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
+from state.settings import Settings
+from state.tokens import TokenCounter
+
+SUMMARY_MESSAGE_ID = "ctxgraph-summary"
+
+
+@dataclass(frozen=True)
+class RequestSize:
+    """How big the next model request is."""
+
+    tokens: int
+    messages: int
+
+
+def summary_message(summary: dict[str, Any], version: int) -> HumanMessage:
+    """The summary as a data message: marked by origin, hidden from UIs, never stored."""
+    return HumanMessage(
+        content=render_summary(summary, version),
+        id=f"{SUMMARY_MESSAGE_ID}-v{version}",
+        additional_kwargs={ORIGIN_KEY: "summary", HIDE_FROM_UI_KEY: True},
+    )
+
+
+class RequestBuilder:
+    """Builds ``[system rules] + [summary data] + working messages`` and counts it."""
+
+    def __init__(self, tools: Sequence[BaseTool], counter: TokenCounter) -> None:
+        self._counter = counter
+        self._tool_tokens = counter.count_tools(list(tools))
+
+    @property
+    def tool_tokens(self) -> int:
+        """Tokens of the bound tool schemas, sent with every request."""
+        return self._tool_tokens
+
+    def build(self, state: dict[str, Any], settings: Settings) -> list[BaseMessage]:
+        """The messages the main model receives for ``state``."""
+        window: Sequence[BaseMessage] = state.get("messages") or []
+        leading = 0
+        while leading < len(window) and isinstance(window[leading], SystemMessage):
+            leading += 1
+        request: list[BaseMessage] = [SystemMessage(content=settings.system_prompt)]
+        request.extend(window[:leading])
+        summary = state.get("summary")
+        mark = state.get("compaction") or {}
+        if summary:
+            request.append(summary_message(summary, int(mark.get("version", 0))))
+        safe, _ = repair_tool_pairs(window[leading:])
+        request.extend(safe)
+        return request
+
+    def measure(self, request: Sequence[BaseMessage]) -> RequestSize:
+        """Tokens (tool schemas included) and message count of a built request."""
+        return RequestSize(
+            tokens=self._counter.count_messages(request) + self._tool_tokens,
+            messages=len(request),
+        )

@@ -1,0 +1,11 @@
+"""Which settings apply to a run: the context's override, else the graph's."""
+
+from __future__ import annotations
+
+from state.context import Context
+from state.settings import Settings
+
+
+def effective_settings(context: Context, default: Settings) -> Settings:
+    """The run's settings: the context's override if it carries one, else the graph's."""
+    return context.settings if context.settings is not None else default

@@ -1,0 +1,401 @@
+"""Checksums, the hash chain and the archive catch every kind of tampering."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+
+from state.summary import (
+    CHAIN_SEED,
+    SUMMARY_SCHEMA_VERSION,
+    canonical_json,
+    canonical_message,
+    chain_hash,
+    checksum,
+)
+from store.archive import (
+    ArchiveConflictError,
+    ArchiveRecord,
+    ThreadArchive,
+    build_record,
+    verify_records,
+    verify_thread,
+)
+from store.namespaces import thread_archive, thread_artifacts
+
+MARK_FIELDS = ("version", "cursor", "checksum", "chain_hash")
+
+
+def folded(version: int) -> list[BaseMessage]:
+    """Four messages (with a tool call) that compaction version ``version`` folds."""
+    question = "Where is the Lighthouse?" if version == 2 else f"Question {version}?"
+    return [
+        HumanMessage(question, id=f"h{version}"),
+        AIMessage(
+            content="",
+            id=f"a{version}",
+            tool_calls=[{"name": "calc", "args": {"x": version}, "id": f"c{version}"}],
+        ),
+        ToolMessage(str(version * 10), tool_call_id=f"c{version}", id=f"t{version}"),
+        AIMessage(f"Answer {version}", id=f"r{version}"),
+    ]
+
+
+def summary(version: int) -> dict[str, Any]:
+    return {"schema_version": SUMMARY_SCHEMA_VERSION, "text": f"summary through {version}"}
+
+
+def make_records(count: int) -> list[ArchiveRecord]:
+    records: list[ArchiveRecord] = []
+    previous_hash, cursor = CHAIN_SEED, 0
+    for version in range(1, count + 1):
+        record = build_record(
+            version=version,
+            messages=folded(version),
+            summary=summary(version),
+            previous_cursor=cursor,
+            previous_chain_hash=previous_hash,
+        )
+        records.append(record)
+        previous_hash, cursor = record["chain_hash"], record["cursor"]
+    return records
+
+
+def mark_of(record: ArchiveRecord) -> dict[str, Any]:
+    return {name: record[name] for name in MARK_FIELDS}
+
+
+def build_archive(
+    store: BaseStore, thread_id: str, count: int = 4
+) -> tuple[ThreadArchive, dict[str, Any]]:
+    archive = ThreadArchive(store, thread_id)
+    records = make_records(count)
+    for record in records:
+        archive.put(record)
+    return archive, mark_of(records[-1])
+
+
+def stored_value(store: BaseStore, thread_id: str, version: int) -> dict[str, Any]:
+    item = store.get(thread_archive(thread_id), f"v{version:06d}")
+    assert item is not None
+    return copy.deepcopy(item.value)
+
+
+def overwrite(store: BaseStore, thread_id: str, version: int, value: dict[str, Any]) -> None:
+    store.put(thread_archive(thread_id), f"v{version:06d}", value)
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def store(request: pytest.FixtureRequest) -> BaseStore:
+    if request.param == "memory":
+        return InMemoryStore()
+    return request.getfixturevalue("persistence").store
+
+
+# --- checksums and the chain ---------------------------------------------------------------
+
+
+def test_checksum_ignores_key_order_and_tracks_every_input() -> None:
+    one = {"schema_version": 1, "text": "hello", "facts": ["a", "b"]}
+    same = {"facts": ["a", "b"], "text": "hello", "schema_version": 1}
+    base = checksum(one, 4, ["m1", "m2"])
+
+    assert checksum(same, 4, ["m1", "m2"]) == base
+    assert checksum({**one, "text": "hello!"}, 4, ["m1", "m2"]) != base
+    assert checksum(one, 5, ["m1", "m2"]) != base
+    assert checksum(one, 4, ["m2", "m1"]) != base
+    assert checksum(one, 4, ["m1"]) != base
+    assert checksum({**one, "schema_version": 2}, 4, ["m1", "m2"]) != base
+
+
+def test_checksum_canonical_form_is_locked() -> None:
+    value = {"schema_version": 1, "facts": ["café"]}
+    expected_bytes = (
+        b'{"cursor":3,"event_ids":["m1","m2"],"schema_version":1,'
+        b'"summary":{"facts":["caf\xc3\xa9"],"schema_version":1}}'
+    )
+    independent = hashlib.sha256(expected_bytes).hexdigest()
+
+    assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'.encode()
+    assert independent == "5f174737ecda7c957c6a714c14d1475b0a6143ff745b2420eaa81d2a1a347e4c"
+    assert checksum(value, 3, ["m1", "m2"]) == independent
+
+
+def test_canonical_message_keeps_defining_parts_only() -> None:
+    call = AIMessage(
+        content="",
+        id="a1",
+        tool_calls=[{"name": "calc", "args": {"x": 1}, "id": "c1"}],
+        response_metadata={"model": "ignored"},
+    )
+    result = ToolMessage("10", tool_call_id="c1", id="t1", name="calc")
+
+    assert canonical_message(call) == {
+        "id": "a1",
+        "type": "ai",
+        "tool_calls": [{"id": "c1", "name": "calc", "args": {"x": 1}}],
+    }
+    assert canonical_message(result) == {
+        "id": "t1",
+        "type": "tool",
+        "content": "10",
+        "name": "calc",
+        "tool_call_id": "c1",
+        "status": "success",
+    }
+
+
+def test_chain_hash_detects_reorder_edit_and_drop() -> None:
+    messages = folded(1)
+    base = chain_hash(CHAIN_SEED, messages)
+    edited = [*messages[:3], AIMessage("Answer 1!", id="r1")]
+
+    assert hashlib.sha256(b"ctxgraph/chain/v1").hexdigest() == CHAIN_SEED
+    assert chain_hash(CHAIN_SEED, []) == CHAIN_SEED
+    assert chain_hash(CHAIN_SEED, list(messages)) == base
+    assert chain_hash(CHAIN_SEED, [messages[1], messages[0], *messages[2:]]) != base
+    assert chain_hash(CHAIN_SEED, edited) != base
+    assert chain_hash(CHAIN_SEED, messages[:3]) != base
+    assert chain_hash(CHAIN_SEED, messages[1:]) != base
+    # Chaining in two steps equals chaining in one: versions continue the same chain.
+    assert chain_hash(chain_hash(CHAIN_SEED, messages[:2]), messages[2:]) == base
+
+
+def test_build_record_computes_ids_cursor_and_hashes() -> None:
+    first, second = make_records(2)
+
+    assert second["event_ids"] == ["h2", "a2", "t2", "r2"]
+    assert (first["cursor"], second["cursor"]) == (4, 8)
+    assert second["previous_chain_hash"] == first["chain_hash"]
+    assert second["chain_hash"] == chain_hash(first["chain_hash"], folded(2))
+    assert second["checksum"] == checksum(summary(2), 8, ["h2", "a2", "t2", "r2"])
+    assert second["created_at"].endswith("+00:00")
+
+
+def test_build_record_rejects_messages_without_ids() -> None:
+    with pytest.raises(ValueError, match=r"message 1 .*no id"):
+        build_record(
+            version=1,
+            messages=[HumanMessage("hi", id="h1"), AIMessage("yo")],
+            summary=summary(1),
+            previous_cursor=0,
+            previous_chain_hash=CHAIN_SEED,
+        )
+
+
+def test_namespaces_validate_thread_ids() -> None:
+    assert thread_archive("t1") == ("threads", "t1", "archive")
+    assert thread_artifacts("t1") == ("threads", "t1", "artifacts")
+    with pytest.raises(ValueError, match=r"'a\.b'"):
+        thread_archive("a.b")
+    with pytest.raises(ValueError, match="non-empty"):
+        thread_artifacts("")
+
+
+# --- the archive on both stores -------------------------------------------------------------
+
+
+def test_intact_archive_verifies(store: BaseStore, thread_id: str) -> None:
+    archive, mark = build_archive(store, thread_id)
+
+    report = verify_thread(store, thread_id, mark)
+
+    assert report.ok, report.reason
+    assert (report.versions_checked, report.first_broken_version, report.reason) == (4, None, None)
+    assert [record["version"] for record in archive.records()] == [1, 2, 3, 4]
+    latest = archive.latest()
+    assert latest is not None and mark_of(latest) == mark
+
+
+def test_tampered_content_breaks_its_version(store: BaseStore, thread_id: str) -> None:
+    _, mark = build_archive(store, thread_id)
+    value = stored_value(store, thread_id, 2)
+    value["messages"][3]["data"]["content"] = "A different answer"
+    overwrite(store, thread_id, 2, value)
+
+    report = verify_thread(store, thread_id, mark)
+
+    assert not report.ok
+    assert report.first_broken_version == 2
+    assert report.versions_checked == 1
+    assert report.reason is not None and "chain hash" in report.reason
+
+
+def test_deleted_version_is_missing(store: BaseStore, thread_id: str) -> None:
+    _, mark = build_archive(store, thread_id)
+    store.delete(thread_archive(thread_id), "v000003")
+
+    report = verify_thread(store, thread_id, mark)
+
+    assert not report.ok
+    assert report.first_broken_version == 3
+    assert report.reason == "version 3 is missing from the archive"
+
+
+def test_reordered_messages_break_their_version(store: BaseStore, thread_id: str) -> None:
+    _, mark = build_archive(store, thread_id)
+    value = stored_value(store, thread_id, 2)
+    value["messages"][0], value["messages"][1] = value["messages"][1], value["messages"][0]
+    overwrite(store, thread_id, 2, value)
+
+    report = verify_thread(store, thread_id, mark)
+
+    assert not report.ok
+    assert report.first_broken_version == 2
+    assert report.reason is not None and "reordered" in report.reason
+
+
+def test_swapped_records_break_the_first_of_them(store: BaseStore, thread_id: str) -> None:
+    _, mark = build_archive(store, thread_id)
+    second, third = stored_value(store, thread_id, 2), stored_value(store, thread_id, 3)
+    overwrite(store, thread_id, 2, third)
+    overwrite(store, thread_id, 3, second)
+
+    report = verify_thread(store, thread_id, mark)
+
+    assert not report.ok
+    assert report.first_broken_version == 2
+    assert report.reason is not None and "labelled version 3" in report.reason
+
+
+def test_mark_that_disagrees_with_archive_is_broken(store: BaseStore, thread_id: str) -> None:
+    _, mark = build_archive(store, thread_id)
+
+    wrong_cursor = verify_thread(store, thread_id, {**mark, "cursor": mark["cursor"] + 1})
+    wrong_hash = verify_thread(store, thread_id, {**mark, "chain_hash": CHAIN_SEED})
+    ahead = verify_thread(store, thread_id, {**mark, "version": 6})
+    behind = verify_thread(store, thread_id, {**mark, "version": 2})
+
+    assert (wrong_cursor.ok, wrong_cursor.first_broken_version) == (False, 4)
+    assert wrong_cursor.reason is not None and "thread state" in wrong_cursor.reason
+    assert "cursor 17 in the thread state, 16 archived" in wrong_cursor.reason
+    assert (wrong_hash.ok, wrong_hash.first_broken_version) == (False, 4)
+    assert wrong_hash.reason is not None and "chain_hash" in wrong_hash.reason
+    assert (ahead.ok, ahead.first_broken_version) == (False, 5)
+    assert ahead.reason is not None and ahead.reason.startswith("version 5 is missing")
+    assert (behind.ok, behind.first_broken_version) == (False, 3)
+    assert behind.reason is not None and "thread state" in behind.reason
+
+
+def test_put_is_idempotent_and_refuses_conflicts(store: BaseStore, thread_id: str) -> None:
+    archive, _ = build_archive(store, thread_id, count=1)
+    original = archive.get(1)
+    assert original is not None
+
+    archive.put({**original, "created_at": "2000-01-01T00:00:00+00:00"})
+    conflicting = build_record(
+        version=1,
+        messages=folded(1),
+        summary={"schema_version": 1, "text": "rewritten history"},
+        previous_cursor=0,
+        previous_chain_hash=CHAIN_SEED,
+    )
+    with pytest.raises(ArchiveConflictError, match="version 1 "):
+        archive.put(conflicting)
+
+    assert archive.get(1) == original
+    assert archive.get(2) is None
+
+
+def test_records_paginates_past_any_page_size(store: BaseStore, thread_id: str) -> None:
+    archive, mark = build_archive(store, thread_id, count=30)
+    small_pages = ThreadArchive(store, thread_id, page_size=7)
+
+    assert [record["version"] for record in archive.records()] == list(range(1, 31))
+    assert [record["version"] for record in small_pages.records()] == list(range(1, 31))
+    latest = small_pages.latest()
+    assert latest is not None and latest["version"] == 30
+    assert verify_thread(store, thread_id, mark).versions_checked == 30
+
+
+def test_search_messages_is_case_insensitive_and_newest_first(
+    store: BaseStore, thread_id: str
+) -> None:
+    archive, _ = build_archive(store, thread_id)
+
+    found = archive.search_messages("LIGHTHOUSE", limit=5)
+    answers = archive.search_messages("answer", limit=2)
+
+    assert [(version, message.id) for version, message in found] == [(2, "h2")]
+    assert found[0][1].content == "Where is the Lighthouse?"
+    assert [(version, message.id) for version, message in answers] == [(4, "r4"), (3, "r3")]
+    assert archive.search_messages("nowhere", limit=5) == []
+
+
+# --- each check of verify_records, on plain records -------------------------------------
+
+
+def tampered(field: str, value: object) -> list[ArchiveRecord]:
+    records = make_records(3)
+    records[1] = {**records[1], field: value}  # type: ignore[typeddict-item]
+    return records
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("previous_chain_hash", CHAIN_SEED, "version 2 does not link to version 1's chain hash"),
+        ("event_ids", ["h2", "a2", "t2", "x2"], "version 2's event_ids do not match"),
+        ("cursor", 9, "version 2's cursor is 9, expected 4 + 4 messages = 8"),
+        ("summary", {"schema_version": 1, "text": "forged"}, "version 2's checksum"),
+        ("checksum", "0" * 64, "version 2's checksum"),
+        ("version", 7, "version 2 is missing from the archive"),
+        ("messages", "not a list", "no valid 'messages' field"),
+    ],
+)
+def test_each_record_check_reports_version_two(field: str, value: object, reason: str) -> None:
+    records = make_records(3)
+    assert verify_records(records, mark_of(records[-1])).ok
+
+    report = verify_records(tampered(field, value), None)
+
+    assert (report.ok, report.first_broken_version, report.versions_checked) == (False, 2, 1)
+    assert report.reason is not None and reason in report.reason
+
+
+def test_first_record_must_start_from_the_seed() -> None:
+    records = make_records(2)
+    records[0] = {**records[0], "previous_chain_hash": "f" * 64}
+
+    report = verify_records(records, None)
+
+    assert (report.first_broken_version, report.reason) == (
+        1,
+        "version 1 does not link to the chain seed (previous_chain_hash differs)",
+    )
+
+
+def test_empty_archive_verifies_without_a_mark_or_with_mark_zero() -> None:
+    assert verify_records([], None).ok
+    assert verify_records([], {"version": 0}).ok
+    missing = verify_records([], {"version": 1})
+    assert (missing.ok, missing.first_broken_version) == (False, 1)
+
+
+# --- async ---------------------------------------------------------------------------------
+
+
+async def test_async_archive_on_memory_store(thread_id: str) -> None:
+    store = InMemoryStore()
+    archive = ThreadArchive(store, thread_id, page_size=3)
+    records = make_records(8)
+
+    assert await archive.alatest() is None
+    for record in records:
+        await archive.aput(record)
+    await archive.aput(records[0])
+    with pytest.raises(ArchiveConflictError):
+        await archive.aput({**records[1], "chain_hash": CHAIN_SEED})
+
+    listed = await archive.arecords()
+    latest = await archive.alatest()
+    assert [record["version"] for record in listed] == list(range(1, 9))
+    assert await archive.aget(2) == records[1]
+    assert latest is not None and latest["version"] == 8
+    assert verify_records(listed, mark_of(records[-1])).ok
