@@ -14,7 +14,10 @@ from graph.scripted_model import ScriptedChatModel
 from nodes.compaction.summarizer import SUMMARY_SYSTEM
 from state.models import Models
 
-_ARITHMETIC = re.compile(r"(\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+)")
+_ARITHMETIC = re.compile(
+    r"\b(?:what is|what's|compute|calculate)\s+(\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+)",
+    re.IGNORECASE,
+)
 _RECALL = re.compile(r"\b(what did i|remind me|earlier|before)\b", re.IGNORECASE)
 
 _OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {

@@ -151,17 +151,28 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Read the settings that have environment variables (pass ``os.environ``)."""
         values: dict[str, Any] = {}
-        window = environ.get("CTXGRAPH_CONTEXT_WINDOW", "").strip()
-        if window:
+        for variable, (name, kind) in ENVIRONMENT_SETTINGS.items():
+            raw = environ.get(variable, "").strip()
+            if not raw:
+                continue
             try:
-                values["context_window"] = int(window)
+                values[name] = kind(raw)
             except ValueError:
-                raise SettingsError(
-                    f"CTXGRAPH_CONTEXT_WINDOW must be a whole number of tokens, got {window!r}"
-                ) from None
+                wanted = "a whole number" if kind is int else "a number"
+                raise SettingsError(f"{variable} must be {wanted}, got {raw!r}") from None
         return cls(**values)
 
     @staticmethod
     def describe() -> dict[str, str]:
         """Return each setting's description, keyed by name (used by docs and the CLI)."""
         return {f.name: str(f.metadata.get("description", "")) for f in fields(Settings)}
+
+
+ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float]]] = {
+    "CTXGRAPH_CONTEXT_WINDOW": ("context_window", int),
+    "CTXGRAPH_TRIGGER_TOKENS": ("trigger_tokens", int),
+    "CTXGRAPH_TRIGGER_MESSAGES": ("trigger_messages", int),
+    "CTXGRAPH_TRIGGER_FRACTION": ("trigger_fraction", float),
+    "CTXGRAPH_KEEP_MESSAGES": ("keep_messages", int),
+}
+"""Environment variables that set a setting, with the setting and its type."""

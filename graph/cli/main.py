@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from graph.cli.chat import prompt_lines, run_turns
 from graph.cli.demo import run_demo
-from graph.cli.threads import UnknownThreadError, show_thread
+from graph.cli.threads import UnknownThreadError, show_thread, verify_thread_command
 from state.context import Context, ContextError
 from state.models import ModelConfigError
 from state.settings import SettingsError
@@ -50,8 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     threads = commands.add_parser("threads", help="inspect persisted threads")
     thread_commands = threads.add_subparsers(dest="threads_command", required=True)
-    show = thread_commands.add_parser("show", help="print a thread's transcript")
+    show = thread_commands.add_parser(
+        "show", help="print a thread's full transcript (archive and window)"
+    )
     show.add_argument("thread")
+    show.add_argument("--summary", action="store_true", help="also print the current summary")
+    verify = thread_commands.add_parser(
+        "verify", help="recompute a thread's checksums and hash chain"
+    )
+    verify.add_argument("thread")
     return parser
 
 
@@ -66,13 +75,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return run_demo(sys.stdout, user=args.user, thread_id=args.thread)
     with open_persistence() as persistence:
-        show_thread(persistence, args.thread, sys.stdout)
+        if args.threads_command == "verify":
+            return verify_thread_command(persistence, args.thread, sys.stdout)
+        show_thread(persistence, args.thread, sys.stdout, with_summary=args.summary)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ctxgraph`` console script."""
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="ctxgraph: %(message)s")
     try:
         return _dispatch(args)
     except USER_ERRORS as error:
@@ -80,3 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader (e.g. `| head`) stopped reading
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return 0

@@ -1,12 +1,15 @@
-"""``ctxgraph threads show``: print a thread's persisted transcript."""
+"""``ctxgraph threads show|verify``: a thread's full transcript and its integrity."""
 
 from __future__ import annotations
 
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from langchain_core.messages import BaseMessage
 
 from graph.cli.render import transcript_lines
+from nodes.compaction.render import render_sections
+from store.archive import ArchiveRecord, ThreadArchive, record_messages, verify_records
 from store.persistence import Persistence
 
 
@@ -14,17 +17,77 @@ class UnknownThreadError(LookupError):
     """No checkpoint exists for the requested thread."""
 
 
-def thread_messages(persistence: Persistence, thread_id: str) -> list[BaseMessage]:
-    """The committed working window of ``thread_id`` as stored by the checkpointer."""
+@dataclass(frozen=True)
+class SavedThread:
+    """A thread as persisted: the checkpointed window, summary and mark, and its archive."""
+
+    window: list[BaseMessage]
+    summary: dict[str, Any] | None
+    mark: dict[str, Any] | None
+    archive: list[ArchiveRecord]
+
+
+def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
+    """Read the latest checkpoint of ``thread_id`` and every archived compaction."""
     saved = persistence.checkpointer.get_tuple({"configurable": {"thread_id": thread_id}})
     if saved is None:
         raise UnknownThreadError(f"no thread {thread_id!r} has been saved in this database")
-    messages = saved.checkpoint["channel_values"].get("messages", [])
-    return [m for m in messages if isinstance(m, BaseMessage)]
+    values = saved.checkpoint["channel_values"]
+    window = [m for m in values.get("messages", []) if isinstance(m, BaseMessage)]
+    return SavedThread(
+        window=window,
+        summary=values.get("summary"),
+        mark=values.get("compaction"),
+        archive=ThreadArchive(persistence.store, thread_id).records(),
+    )
 
 
-def show_thread(persistence: Persistence, thread_id: str, out: TextIO) -> None:
-    """Print the transcript of ``thread_id``."""
-    messages = thread_messages(persistence, thread_id)
-    out.write(f"thread {thread_id}: {len(messages)} messages\n")
-    out.write("\n".join(transcript_lines(messages)) + "\n")
+def thread_messages(persistence: Persistence, thread_id: str) -> list[BaseMessage]:
+    """The committed working window of ``thread_id``."""
+    return load_thread(persistence, thread_id).window
+
+
+def show_thread(
+    persistence: Persistence, thread_id: str, out: TextIO, *, with_summary: bool = False
+) -> None:
+    """Print every message of the thread: archived compactions first, then the window."""
+    thread = load_thread(persistence, thread_id)
+    archived = sum(len(record["messages"]) for record in thread.archive)
+    total = archived + len(thread.window)
+    if thread.archive:
+        out.write(
+            f"thread {thread_id}: {total} messages ({archived} archived in "
+            f"{len(thread.archive)} compactions, {len(thread.window)} in the window)\n"
+        )
+    else:
+        out.write(f"thread {thread_id}: {total} messages\n")
+    number = 1
+    for record in thread.archive:
+        messages = record_messages(record)
+        out.write("\n".join(transcript_lines(messages, start=number)) + "\n")
+        number += len(messages)
+        out.write(
+            f"──── compaction v{record['version']}: the {len(messages)} messages above were "
+            f"folded into the summary (cursor {record['cursor']}) ────\n"
+        )
+    if thread.window:
+        out.write("\n".join(transcript_lines(thread.window, start=number)) + "\n")
+    if with_summary and thread.summary:
+        version = (thread.mark or {}).get("version", "?")
+        out.write(f"\ncurrent summary (v{version}):\n{render_sections(thread.summary)}\n")
+
+
+def verify_thread_command(persistence: Persistence, thread_id: str, out: TextIO) -> int:
+    """Recompute checksums and the hash chain; exit status 0 when intact, 1 when broken."""
+    thread = load_thread(persistence, thread_id)
+    report = verify_records(thread.archive, thread.mark)
+    if report.ok:
+        out.write(
+            f"thread {thread_id}: intact ({report.versions_checked} compaction versions "
+            "verified against the thread state)\n"
+        )
+        return 0
+    out.write(
+        f"thread {thread_id}: BROKEN at version {report.first_broken_version}: {report.reason}\n"
+    )
+    return 1

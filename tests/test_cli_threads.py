@@ -1,0 +1,55 @@
+"""``ctxgraph threads show`` and ``threads verify`` on a thread that has compacted."""
+
+from __future__ import annotations
+
+import re
+
+from store.archive import ThreadArchive, version_key
+from store.namespaces import thread_archive
+from store.persistence import open_persistence
+from tests.support.cli import run_ctxgraph
+
+TURNS = [f"Note {n}: order A-{1000 + n} ships on 2026-09-{n + 10:02d}." for n in range(14)]
+
+
+def compacted_thread(python: str, env: dict[str, str], thread: str) -> dict[str, str]:
+    env = {**env, "CTXGRAPH_TRIGGER_MESSAGES": "10", "CTXGRAPH_KEEP_MESSAGES": "4"}
+    result = run_ctxgraph(python, env, "run", "--user", "u1", "--thread", thread, *TURNS)
+    assert result.returncode == 0, result.stderr
+    return env
+
+
+def test_show_prints_archive_and_window_with_compaction_markers(
+    python: str, subprocess_env: dict[str, str], thread_id: str
+) -> None:
+    env = compacted_thread(python, subprocess_env, thread_id)
+    shown = run_ctxgraph(python, env, "threads", "show", thread_id, "--summary")
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    header = re.search(r"thread \S+: (\d+) messages \((\d+) archived in (\d+) compactions", out)
+    assert header, out
+    assert int(header.group(1)) == 2 * len(TURNS)
+    assert int(header.group(3)) >= 2
+    # Every user turn is in the transcript exactly once, archived or in the window.
+    for turn in TURNS:
+        assert out.count(f"user: {turn}") == 1, turn
+    assert "──── compaction v1:" in out
+    assert "current summary (v" in out and "SESSION INTENT" in out
+
+
+def test_verify_passes_then_names_the_tampered_version(
+    python: str, subprocess_env: dict[str, str], thread_id: str, database_uri: str
+) -> None:
+    env = compacted_thread(python, subprocess_env, thread_id)
+    intact = run_ctxgraph(python, env, "threads", "verify", thread_id)
+    assert intact.returncode == 0, intact.stderr
+    assert re.search(r"intact \(\d+ compaction versions verified", intact.stdout)
+
+    with open_persistence(database_uri) as persistence:
+        record = ThreadArchive(persistence.store, thread_id).get(1)
+        assert record is not None
+        record["messages"][0]["data"]["content"] = "rewritten after the fact"
+        persistence.store.put(thread_archive(thread_id), version_key(1), dict(record))
+    broken = run_ctxgraph(python, env, "threads", "verify", thread_id)
+    assert broken.returncode == 1
+    assert f"thread {thread_id}: BROKEN at version 1:" in broken.stdout
