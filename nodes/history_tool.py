@@ -7,6 +7,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolRuntime
 
 from nodes.compaction.summarizer import transcript
+from state.context import Context
 from state.tokens import count_text
 from store.archive import ArchiveRecord, ThreadArchive, record_messages
 
@@ -19,7 +20,7 @@ DESCRIPTION = (
 )
 
 
-def _archive(runtime: ToolRuntime) -> ThreadArchive:
+def _archive(runtime: ToolRuntime[Context]) -> ThreadArchive:
     thread_id = (runtime.config.get("configurable") or {}).get("thread_id")
     if runtime.store is None or not isinstance(thread_id, str):
         raise ValueError("this conversation has no archive (no store or thread id)")
@@ -68,7 +69,7 @@ def _by_query(found: list[tuple[int, BaseMessage]], query: str) -> str:
 
 
 def read_history(
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Context],
     version: int | None = None,
     query: str | None = None,
     limit: int = 20,
@@ -83,7 +84,7 @@ def read_history(
 
 
 async def aread_history(
-    runtime: ToolRuntime,
+    runtime: ToolRuntime[Context],
     version: int | None = None,
     query: str | None = None,
     limit: int = 20,

@@ -80,7 +80,7 @@ class CompactNode:
         self._builder = builder
         self._settings = settings
         self._counter = counter
-        self._writer = SummaryWriter([models.summary_model, models.main], counter)
+        self._writer = SummaryWriter([models.summary_model, models.main])
 
     def _measure(self, state: dict[str, Any], settings: Settings) -> RequestSize:
         return self._builder.measure(self._builder.build(state, settings))

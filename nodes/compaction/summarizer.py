@@ -18,7 +18,7 @@ from nodes.compaction.partition import exchange_units
 from nodes.compaction.render import SECTIONS, render_sections
 from state.messages import message_origin
 from state.settings import Settings
-from state.tokens import TokenCounter, count_text
+from state.tokens import count_text
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -130,29 +130,29 @@ def build_prompt(job: SummaryJob, *, max_tokens: int, max_chars: int) -> list[Ba
     return [SystemMessage(content=SUMMARY_SYSTEM), HumanMessage(content=prompt)]
 
 
-def chunk_jobs(
-    job: SummaryJob, *, budget: int, counter: TokenCounter, max_chars: int
-) -> list[list[BaseMessage]]:
-    """Split the folded messages into chunks of whole tool exchanges that fit ``budget``."""
-    overhead = counter.count_messages(
-        build_prompt(
-            SummaryJob(job.previous, (), job.current_request), max_tokens=0, max_chars=max_chars
-        )
-    )
-    room = max(budget - overhead, 1)
-    chunks: list[list[BaseMessage]] = []
-    current: list[BaseMessage] = []
-    used = 0
-    for unit in exchange_units(job.folded):
-        size = count_text(transcript(unit, max_chars=max_chars))
-        if current and used + size > room:
-            chunks.append(current)
-            current, used = [], 0
-        current.extend(unit)
+def take_chunk(
+    units: Sequence[Sequence[BaseMessage]],
+    previous: dict[str, Any] | None,
+    current_request: str,
+    *,
+    budget: int,
+    max_chars: int,
+) -> int:
+    """How many leading whole units fit one summary call on top of ``previous``.
+
+    The prompt is measured with the running summary it will carry, so every call stays
+    within ``budget``; at least one unit is taken so that progress is always made.
+    """
+    empty = build_prompt(SummaryJob(previous, (), current_request), max_tokens=0, max_chars=0)
+    used = sum(count_text(answer_text(message)) for message in empty)
+    taken = 0
+    for unit in units:
+        size = count_text(transcript(unit, max_chars=max_chars)) + 1
+        if taken and used + size > budget:
+            break
         used += size
-    if current:
-        chunks.append(current)
-    return chunks
+        taken += 1
+    return taken
 
 
 def answer_text(reply: BaseMessage) -> str:
@@ -177,29 +177,8 @@ def candidates(models: Sequence[BaseChatModel]) -> list[BaseChatModel]:
 class SummaryWriter:
     """Runs summary calls: chunked when the input is large, summary model first, then main."""
 
-    def __init__(self, models: Sequence[BaseChatModel], counter: TokenCounter) -> None:
+    def __init__(self, models: Sequence[BaseChatModel]) -> None:
         self._models = candidates(models)
-        self._counter = counter
-
-    def _limits(self, settings: Settings) -> tuple[int, int]:
-        # About four characters a token: one message may use half the input budget.
-        return settings.summary_max_tokens, settings.summary_input_budget * 2
-
-    def _chunks(self, job: SummaryJob, settings: Settings) -> list[list[BaseMessage]]:
-        _, max_chars = self._limits(settings)
-        return chunk_jobs(
-            job, budget=settings.summary_input_budget, counter=self._counter, max_chars=max_chars
-        ) or [[]]
-
-    def _accept(self, reply: BaseMessage, settings: Settings, check: Check) -> dict[str, str]:
-        text = answer_text(reply).strip()
-        if not text:
-            raise SummaryError("the model returned an empty summary")
-        sections = parse_sections(text)
-        problems = check(sections)
-        if problems:
-            raise SummaryError("; ".join(problems))
-        return sections
 
     def write(self, job: SummaryJob, settings: Settings, check: Check) -> dict[str, str]:
         """Summarize synchronously; raises ``SummaryError`` when every model fails.
@@ -207,45 +186,78 @@ class SummaryWriter:
         ``check`` returns the problems of a candidate (for example a contradiction with
         the ledger); a candidate with problems counts as that model's failure.
         """
-        previous: dict[str, Any] | None = job.previous
-        for chunk in self._chunks(job, settings):
-            prompt = self._prompt(SummaryJob(previous, chunk, job.current_request), settings)
+        previous, units = job.previous, exchange_units(job.folded)
+        while True:
+            prompt, units = self._next_prompt(units, previous, job, settings)
             failures: list[str] = []
             for model in self._models:
                 try:
-                    previous = self._accept(model.invoke(prompt, summary_config()), settings, check)
+                    reply = model.invoke(prompt, summary_config())
+                    previous = _accept(reply, check)
                     break
                 except Exception as error:  # any failure of one model means: try the next
-                    failures.append(self._failure(model, error))
+                    failures.append(_failure(model, error))
             else:
                 raise SummaryError("; ".join(failures))
-        assert previous is not None
-        return {key: str(previous[key]) for key, _ in SECTIONS}
+            if not units:
+                return {key: str(previous[key]) for key, _ in SECTIONS}
 
     async def awrite(self, job: SummaryJob, settings: Settings, check: Check) -> dict[str, str]:
         """Summarize asynchronously; raises ``SummaryError`` when every model fails."""
-        previous: dict[str, Any] | None = job.previous
-        for chunk in self._chunks(job, settings):
-            prompt = self._prompt(SummaryJob(previous, chunk, job.current_request), settings)
+        previous, units = job.previous, exchange_units(job.folded)
+        while True:
+            prompt, units = self._next_prompt(units, previous, job, settings)
             failures: list[str] = []
             for model in self._models:
                 try:
                     reply = await model.ainvoke(prompt, summary_config())
-                    previous = self._accept(reply, settings, check)
+                    previous = _accept(reply, check)
                     break
                 except Exception as error:  # any failure of one model means: try the next
-                    failures.append(self._failure(model, error))
+                    failures.append(_failure(model, error))
             else:
                 raise SummaryError("; ".join(failures))
-        assert previous is not None
-        return {key: str(previous[key]) for key, _ in SECTIONS}
-
-    def _prompt(self, job: SummaryJob, settings: Settings) -> list[BaseMessage]:
-        max_tokens, max_chars = self._limits(settings)
-        return build_prompt(job, max_tokens=max_tokens, max_chars=max_chars)
+            if not units:
+                return {key: str(previous[key]) for key, _ in SECTIONS}
 
     @staticmethod
-    def _failure(model: BaseChatModel, error: Exception) -> str:
-        name = getattr(model, "model_name", None) or type(model).__name__
-        logger.warning("summary model %s failed: %s", name, error)
-        return f"{name}: {type(error).__name__}: {error}"
+    def _next_prompt(
+        units: list[list[BaseMessage]],
+        previous: dict[str, Any] | None,
+        job: SummaryJob,
+        settings: Settings,
+    ) -> tuple[list[BaseMessage], list[list[BaseMessage]]]:
+        """The prompt for the next chunk, and the units left after it."""
+        # About four characters a token: one message may use half the input budget.
+        max_chars = settings.summary_input_budget * 2
+        taken = take_chunk(
+            units,
+            previous,
+            job.current_request,
+            budget=settings.summary_input_budget,
+            max_chars=max_chars,
+        )
+        chunk = [message for unit in units[:taken] for message in unit]
+        prompt = build_prompt(
+            SummaryJob(previous, chunk, job.current_request),
+            max_tokens=settings.summary_max_tokens,
+            max_chars=max_chars,
+        )
+        return prompt, units[taken:]
+
+
+def _accept(reply: BaseMessage, check: Check) -> dict[str, str]:
+    text = answer_text(reply).strip()
+    if not text:
+        raise SummaryError("the model returned an empty summary")
+    sections = parse_sections(text)
+    problems = check(sections)
+    if problems:
+        raise SummaryError("; ".join(problems))
+    return sections
+
+
+def _failure(model: BaseChatModel, error: Exception) -> str:
+    name = getattr(model, "model_name", None) or type(model).__name__
+    logger.warning("summary model %s failed: %s", name, error)
+    return f"{name}: {type(error).__name__}: {error}"
