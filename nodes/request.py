@@ -26,10 +26,10 @@ class RequestSize:
     messages: int
 
 
-def summary_message(summary: dict[str, Any], version: int) -> HumanMessage:
+def summary_message(summary: dict[str, Any], version: int, ledger_tokens: int) -> HumanMessage:
     """The summary as a data message: marked by origin, hidden from UIs, never stored."""
     return HumanMessage(
-        content=render_summary(summary, version),
+        content=render_summary(summary, version, ledger_tokens),
         id=f"{SUMMARY_MESSAGE_ID}-v{version}",
         additional_kwargs={ORIGIN_KEY: "summary", HIDE_FROM_UI_KEY: True},
     )
@@ -41,6 +41,8 @@ class RequestBuilder:
     def __init__(self, tools: Sequence[BaseTool], counter: TokenCounter) -> None:
         self._counter = counter
         self._tool_tokens = counter.count_tools(list(tools))
+        # The rendered summary of the latest mark, reused by every request until it changes.
+        self._summary_cache: tuple[tuple[str, int], HumanMessage] | None = None
 
     @property
     def tool_tokens(self) -> int:
@@ -58,10 +60,22 @@ class RequestBuilder:
         summary = state.get("summary")
         mark = state.get("compaction") or {}
         if summary:
-            request.append(summary_message(summary, int(mark.get("version", 0))))
+            request.append(self._summary_message(summary, mark, settings))
         safe, _ = repair_tool_pairs(window[leading:])
         request.extend(safe)
         return request
+
+    def _summary_message(
+        self, summary: dict[str, Any], mark: dict[str, Any], settings: Settings
+    ) -> HumanMessage:
+        checksum = mark.get("checksum")
+        key = (str(checksum), settings.ledger_budget)
+        if checksum and self._summary_cache and self._summary_cache[0] == key:
+            return self._summary_cache[1]
+        message = summary_message(summary, int(mark.get("version", 0)), settings.ledger_budget)
+        if checksum:
+            self._summary_cache = (key, message)
+        return message
 
     def measure(self, request: Sequence[BaseMessage]) -> RequestSize:
         """Tokens (tool schemas included) and message count of a built request."""

@@ -85,6 +85,14 @@ class Settings:
         default=200,
         metadata={"description": "Exact identifiers the ledger keeps (the most recent win)."},
     )
+    ledger_max_tokens: int = field(
+        default=1_000,
+        metadata={
+            "description": "Budget of the ledger as rendered into a request (at most a sixth "
+            "of trigger_tokens); non-success states and constraints are always shown, older "
+            "successes and identifiers only while they fit."
+        },
+    )
     read_only_tools: tuple[str, ...] = field(
         default=(),
         metadata={
@@ -120,6 +128,13 @@ class Settings:
         )
         _require_int("ledger_max_tool_calls", self.ledger_max_tool_calls, minimum=1, example=40)
         _require_int("ledger_max_identifiers", self.ledger_max_identifiers, minimum=1, example=200)
+        _require_int("ledger_max_tokens", self.ledger_max_tokens, minimum=100, example=1_000)
+        if self.summary_max_tokens + self.ledger_budget >= self.trigger_tokens:
+            raise SettingsError(
+                f"Settings.summary_max_tokens + ledger_max_tokens ({self.summary_max_tokens} + "
+                f"{self.ledger_budget}) must stay below trigger_tokens "
+                f"({self.trigger_tokens}), or a compacted request could never fit"
+            )
         fraction = self.trigger_fraction
         if fraction is not None and (
             isinstance(fraction, bool)
@@ -137,6 +152,11 @@ class Settings:
                 "Settings.read_only_tools must be a tuple of tool names, "
                 f"got {self.read_only_tools!r}"
             )
+
+    @property
+    def ledger_budget(self) -> int:
+        """Tokens the rendered ledger may use: ledger_max_tokens, at most trigger_tokens / 6."""
+        return min(self.ledger_max_tokens, self.trigger_tokens // 6)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> Settings:

@@ -333,7 +333,7 @@ def test_message_trigger_folds_whole_exchanges_and_injects_the_summary() -> None
     injected = request[1]
     assert isinstance(injected, HumanMessage)
     assert injected.additional_kwargs == {"origin": "summary", "hide_from_ui": True}
-    assert injected.content == render_summary(state["summary"], 1)
+    assert injected.content == render_summary(state["summary"], 1, SMALL.ledger_budget)
     lines = str(injected.content).splitlines()
     for heading in SECTION_HEADINGS:
         assert heading in lines
@@ -437,7 +437,11 @@ def test_failed_compaction_over_the_window_raises_naming_the_largest_message(
     summarizer = ScriptedChatModel(script=[RuntimeError("summary service unavailable")])
     main = ScriptedChatModel(responder=Dispatch(order_agent(plan), summary=refuse))
     settings = Settings(
-        context_window=1000, trigger_tokens=800, summary_max_tokens=300, keep_messages=2
+        context_window=1000,
+        trigger_tokens=800,
+        summary_max_tokens=300,
+        ledger_max_tokens=300,
+        keep_messages=2,
     )
     session = make_session(
         main=main, summarizer=summarizer, settings=settings, tools=(lookup_order, fetch_report)
@@ -508,7 +512,7 @@ def test_second_compaction_builds_on_the_first_summary() -> None:
     assert first["summary"]["ledger"]["tool_calls"] == [lookup_entry(n) for n in range(1, 5)]
     assert first["summary"]["summary"] == sections_of(SUMMARY_V2)["summary"]
     request = main_requests(session.main)[-1]
-    assert request[1].content == render_summary(first["summary"], 2)
+    assert request[1].content == render_summary(first["summary"], 2, SMALL.ledger_budget)
     assert '<conversation_summary version="2">' in str(request[1].content)
 
 

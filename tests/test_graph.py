@@ -149,6 +149,15 @@ def test_router_rejects_unexpected_state() -> None:
         ({"context_window": 10}, "context_window must be an integer of at least 256"),
         ({"context_window": True}, "context_window"),
         ({"system_prompt": "  "}, "system_prompt must be a non-empty string"),
+        ({"keep_messages": 0}, r"keep_messages must be a whole number of at least 1"),
+        ({"keep_messages": 8, "trigger_messages": 9}, r"trigger_messages .* at least 10"),
+        ({"trigger_tokens": 100}, r"trigger_tokens must be a whole number of at least 500"),
+        ({"trigger_fraction": 0}, r"trigger_fraction must be a number in \(0, 1\]"),
+        ({"trigger_fraction": 1.5}, r"trigger_fraction"),
+        ({"summary_max_tokens": 20_000}, r"summary_max_tokens \(20000\) must be below"),
+        ({"trigger_tokens": 1_600}, r"summary_max_tokens \+ ledger_max_tokens"),
+        ({"summary_input_budget": 10}, r"summary_input_budget must be"),
+        ({"read_only_tools": ["x"]}, r"read_only_tools must be a tuple"),
     ],
 )
 def test_settings_validation_names_the_setting(kwargs: dict[str, object], message: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -19,7 +20,9 @@ from nodes.compaction.ledger import (
     is_read_only,
     merge_ledgers,
     render_ledger,
+    render_ledger_within,
 )
+from state.tokens import count_text
 
 
 def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
@@ -352,7 +355,7 @@ def test_non_identifiers_are_not_picked_up() -> None:
     assert not [value for value in found if "/" in value or "-" in value]
 
 
-def test_identifiers_from_tool_args_and_results_in_first_seen_order() -> None:
+def test_identifiers_from_tool_args_and_side_effect_results_in_first_seen_order() -> None:
     messages: list[BaseMessage] = [
         HumanMessage("Look up A-1001."),
         AIMessage(
@@ -361,16 +364,20 @@ def test_identifiers_from_tool_args_and_results_in_first_seen_order() -> None:
                 call("lookup_order", "c1", order_id="A-1001", phone=10086, path=["/srv/a/b.json"])
             ],
         ),
+        # A read-only result can be read again and is archived: not copied to the ledger.
         ok("c1", "Order A-1001 ships on 2026-09-02 to ops@example.com."),
         AIMessage("It ships on 2026-09-02, total $30.00."),
+        AIMessage("", tool_calls=[call("create_ticket", "c2", order_id="A-1001")]),
+        ok("c2", "Created ticket TCK-5512 for support@example.com."),
     ]
     assert derive_ledger(messages)["identifiers"] == [
         "A-1001",
         "10086",
         "/srv/a/b.json",
         "2026-09-02",
-        "ops@example.com",
         "$30.00",
+        "TCK-5512",
+        "support@example.com",
     ]
 
 
@@ -737,9 +744,10 @@ def test_twenty_compactions_keep_every_fact_that_matters() -> None:
             f"${n + 10}.00",
             f"user{n}@example.com",
             f"INV{n + 10000}",
-            f"/srv/docs/refunds_{n}.md",
         ):
             assert identifier in ledger["identifiers"]
+        # Only seen in a read-only search result, which stays readable in the archive.
+        assert f"/srv/docs/refunds_{n}.md" not in ledger["identifiers"]
         assert f"Always mention PREF-{n:04d}." not in ledger["constraints"]
     assert len(ledger["constraints"]) == 20  # "Handle order ... now." has no marker
     assert len(ledger["identifiers"]) == len(set(ledger["identifiers"]))
@@ -762,3 +770,39 @@ def test_summary_check_after_many_compactions() -> None:
     bad = "The card payment r1_charge succeeded."
     assert len(find_contradictions(bad, ledger)) == 1
     assert copy.deepcopy(ledger) == ledger
+
+
+def _busy_ledger(rounds: int) -> Ledger:
+    messages: list[BaseMessage] = [HumanMessage("Never email twice.")]
+    for n in range(rounds):
+        messages += [
+            AIMessage("", tool_calls=[call("send_email", f"e{n}", to=f"user{n}@example.com")]),
+            ok(f"e{n}", "sent"),
+            AIMessage("", tool_calls=[call("lookup_order", f"l{n}", order_id=f"ORD-{n:05d}")]),
+            ok(f"l{n}"),
+        ]
+    messages += [
+        AIMessage("", tool_calls=[call("charge_card", "c1", amount="30.00")]),
+        err("c1", "gateway timed out"),
+    ]
+    return derive_ledger(messages)
+
+
+def test_rendering_within_a_budget_keeps_what_must_never_be_lost() -> None:
+    ledger = _busy_ledger(40)
+    full = render_ledger(ledger)
+    small = render_ledger_within(ledger, 200)
+    assert count_text(full) > 1000
+    assert count_text(small) <= 200
+    assert "- [unknown] charge_card(amount=30.00) id=c1 — error: gateway timed out" in small
+    assert "- Never email twice." in small
+    # Side-effect successes take the room first, newest first; the rest are counted.
+    assert "id=e39" in small
+    assert "lookup_order(" not in small
+    unlisted = re.search(r"Older successes not listed here \(all succeeded\): (.*)", small)
+    assert unlisted is not None
+    counts = dict(part.split(" ×") for part in unlisted.group(1).split(", "))
+    assert int(counts["send_email"]) + small.count("send_email(") == 40
+    assert counts["lookup_order"] == "40"
+    # A generous budget lists everything, exactly as the full rendering does.
+    assert render_ledger_within(ledger, 100_000) == full

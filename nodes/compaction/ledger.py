@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -22,6 +22,7 @@ from nodes.compaction.identifiers import (
     token_pattern,
 )
 from state.messages import is_real_user_message
+from state.tokens import count_text
 
 ToolCallStatus = Literal["planned", "succeeded", "failed", "cancelled", "unknown"]
 
@@ -160,15 +161,16 @@ def derive_ledger(
 
     Every tool call becomes an entry whose status comes from its tool result; a call with
     no result is ``planned`` when its message ends the slice, else ``unknown``. Constraints
-    are the marked sentences of real user messages; identifiers come from all text, tool
-    arguments and tool results.
+    are the marked sentences of real user messages. Identifiers come from message text,
+    tool arguments and the results of side-effect calls; a read-only result can be read
+    again (and is archived), so its contents are not copied into the ledger.
     """
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
     calls: dict[str, ToolCallEntry] = {}
     constraints: list[str] = []
     identifiers: list[str] = []
     for message in messages:
-        texts = [message_text(message)]
+        texts = [] if _read_only_result(message, calls) else [message_text(message)]
         if isinstance(message, AIMessage):
             pending = message is messages[-1]
             for call in message.tool_calls:
@@ -187,6 +189,13 @@ def derive_ledger(
         "constraints": _union(constraints),
         "identifiers": _union(identifiers),
     }
+
+
+def _read_only_result(message: BaseMessage, calls: dict[str, ToolCallEntry]) -> bool:
+    if not isinstance(message, ToolMessage):
+        return False
+    entry = calls.get(message.tool_call_id)
+    return entry is not None and not entry["side_effect"]
 
 
 def _union(*lists: Sequence[str]) -> list[str]:
@@ -270,21 +279,69 @@ def _render_call(entry: ToolCallEntry) -> str:
     return line
 
 
-def render_ledger(ledger: Ledger) -> str:
-    """The ledger as a compact text block for the model; empty for an empty ledger."""
+def render_ledger(ledger: Ledger, *, unlisted: Mapping[str, int] | None = None) -> str:
+    """The ledger as a compact text block for the model; empty for an empty ledger.
+
+    ``unlisted`` counts, per tool, successful calls left out of this rendering.
+    """
     lines: list[str] = []
-    if ledger["tool_calls"] or ledger["aggregated"]:
+    if ledger["tool_calls"] or ledger["aggregated"] or unlisted:
         lines.append("TOOL CALLS (recorded by code, authoritative):")
         lines.extend(_render_call(entry) for entry in ledger["tool_calls"])
         if ledger["aggregated"]:
             counts = ", ".join(f"{name} ×{n}" for name, n in ledger["aggregated"].items())
             lines.append(f"Read-only successes folded: {counts}")
+        if unlisted:
+            counts = ", ".join(f"{name} ×{n}" for name, n in unlisted.items())
+            lines.append(f"Older successes not listed here (all succeeded): {counts}")
     if ledger["constraints"]:
         lines.append("USER CONSTRAINTS (verbatim):")
         lines.extend(f"- {constraint}" for constraint in ledger["constraints"])
     if ledger["identifiers"]:
         lines.append("IDENTIFIERS: " + ", ".join(ledger["identifiers"]))
     return "\n".join(lines)
+
+
+def render_ledger_within(ledger: Ledger, max_tokens: int) -> str:
+    """Render the ledger within about ``max_tokens``, dropping the least critical lines first.
+
+    Non-success states and constraints are always shown. Successes are listed newest
+    first while they fit (side effects before read-only calls), then identifiers, newest
+    first; successes left out are counted per tool. The full ledger stays in the state.
+    """
+    calls = ledger["tool_calls"]
+    shown = {id(e) for e in calls if e["status"] != "succeeded"}
+    fixed: Ledger = {
+        **ledger,
+        "tool_calls": [e for e in calls if id(e) in shown],
+        "identifiers": [],
+    }
+    used = count_text(render_ledger(fixed)) + 32  # room for the "not listed" line
+    successes = [e for e in reversed(calls) if e["status"] == "succeeded"]
+    successes.sort(key=lambda e: not e["side_effect"])  # stable: side effects first
+    for entry in successes:
+        cost = count_text(_render_call(entry)) + 1
+        if used + cost > max_tokens:
+            break
+        shown.add(id(entry))
+        used += cost
+    identifiers: list[str] = []
+    for identifier in reversed(ledger["identifiers"]):
+        cost = count_text(identifier) + 1
+        if used + cost > max_tokens:
+            break
+        identifiers.insert(0, identifier)
+        used += cost
+    unlisted: dict[str, int] = {}
+    for entry in calls:
+        if id(entry) not in shown:
+            unlisted[entry["name"]] = unlisted.get(entry["name"], 0) + 1
+    view: Ledger = {
+        **ledger,
+        "tool_calls": [e for e in calls if id(e) in shown],
+        "identifiers": identifiers,
+    }
+    return render_ledger(view, unlisted=unlisted)
 
 
 _Target = tuple[re.Pattern[str], str, list[ToolCallEntry] | None]

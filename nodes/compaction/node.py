@@ -18,8 +18,10 @@ from nodes.compaction.ledger import (
     derive_ledger,
     empty_ledger,
     merge_ledgers,
+    render_ledger_within,
 )
 from nodes.compaction.partition import partition_history
+from nodes.compaction.render import render_sections
 from nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
 from nodes.compaction.triggers import fired_triggers
 from nodes.compaction.verify import size_problems, summary_problems
@@ -30,7 +32,7 @@ from state.messages import is_real_user_message
 from state.models import Models, input_window
 from state.settings import Settings
 from state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
-from state.tokens import TokenCounter
+from state.tokens import TokenCounter, count_text
 from store.archive import ArchiveRecord, ThreadArchive, build_record
 
 logger = logging.getLogger("ctxgraph.compaction")
@@ -98,16 +100,18 @@ class CompactNode:
         self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
     ) -> Plan:
         settings = effective_settings(require_context(runtime.context), self._settings)
-        old, kept = partition_history(state.get("messages") or [], settings.keep_messages)
         previous: dict[str, Any] | None = state.get("summary")
-        ledger = bound_ledger(
-            merge_ledgers(
-                (previous or {}).get("ledger") or empty_ledger(),
-                derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
-            ),
-            max_tool_calls=settings.ledger_max_tool_calls,
-            max_identifiers=settings.ledger_max_identifiers,
-        )
+        window = input_window(self._main, settings.context_window)
+        messages = state.get("messages") or []
+        keep = settings.keep_messages
+        while True:
+            old, kept = partition_history(messages, keep)
+            ledger = self._ledger(previous, old, settings)
+            # Large kept messages (big tool results) can leave no room for the summary:
+            # then keep fewer, down to the last exchange and the pinned messages.
+            if keep == 1 or self._room_after(kept, ledger, previous, settings, window):
+                break
+            keep = max(1, keep // 2)
         return Plan(
             settings=settings,
             archive=ThreadArchive(_require_store(runtime.store), _thread_id(config)),
@@ -116,9 +120,52 @@ class CompactNode:
             previous=previous,
             mark=dict(state.get("compaction") or {}),
             before=self._measure(state, settings),
-            window=input_window(self._main, settings.context_window),
+            window=window,
             ledger=ledger,
         )
+
+    @staticmethod
+    def _ledger(
+        previous: dict[str, Any] | None, old: list[BaseMessage], settings: Settings
+    ) -> Ledger:
+        """The previous ledger plus what the folded messages add, within its bounds."""
+        merged = merge_ledgers(
+            (previous or {}).get("ledger") or empty_ledger(),
+            derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
+        )
+        bounded = bound_ledger(
+            merged,
+            max_tool_calls=settings.ledger_max_tool_calls,
+            max_identifiers=settings.ledger_max_identifiers,
+        )
+        return bounded
+
+    @staticmethod
+    def _expected_sections(previous: dict[str, Any] | None, settings: Settings) -> int:
+        """A cautious guess at the next summary's size: the last one's plus a quarter."""
+        if not previous:
+            return settings.summary_max_tokens // 2
+        last = count_text(render_sections(previous))
+        return min(settings.summary_max_tokens, last + last // 4 + 100)
+
+    def _room_after(
+        self,
+        kept: list[BaseMessage],
+        ledger: Ledger,
+        previous: dict[str, Any] | None,
+        settings: Settings,
+        window: int | None,
+    ) -> bool:
+        """Whether ``kept`` plus a summary of the expected size would clear every trigger."""
+        request = self._builder.build({"messages": kept}, settings)
+        size = self._builder.measure(request)
+        expected = RequestSize(
+            tokens=size.tokens
+            + count_text(render_ledger_within(ledger, settings.ledger_budget))
+            + self._expected_sections(previous, settings),
+            messages=size.messages + 1,
+        )
+        return not fired_triggers(expected, settings, window)
 
     def invoke(
         self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig

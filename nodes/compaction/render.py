@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.compaction.ledger import Ledger, render_ledger
+from nodes.compaction.ledger import Ledger, render_ledger_within
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("session_intent", "SESSION INTENT"),
@@ -28,12 +28,12 @@ def render_sections(summary: dict[str, Any]) -> str:
     return "\n\n".join(f"{title}\n{summary.get(key, '').strip()}" for key, title in SECTIONS)
 
 
-def render_summary(summary: dict[str, Any], version: int) -> str:
-    """The summary as the main model sees it: sections, then the code-derived ledger."""
+def render_summary(summary: dict[str, Any], version: int, ledger_tokens: int) -> str:
+    """The summary as the main model sees it: sections, then the ledger within its budget."""
     body = render_sections(summary)
     ledger: Ledger | None = summary.get("ledger")
     if ledger:
-        rendered = render_ledger(ledger)
+        rendered = render_ledger_within(ledger, ledger_tokens)
         if rendered:
             body = f"{body}\n\n{rendered}"
     return SUMMARY_VIEW.format(version=version, body=body)

@@ -1,0 +1,1 @@
+"""Benchmarks for ctxgraph; run ``python -m bench.compaction_bench``."""
