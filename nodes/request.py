@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,9 @@ class RequestBuilder:
         self._tool_tokens = counter.count_tools(list(tools))
         # The rendered summary of the latest mark, reused by every request until it changes.
         self._summary_cache: tuple[tuple[str, int], HumanMessage] | None = None
+        # The size of the last measured state: the router, compact and model nodes of one
+        # step measure the same request.
+        self._size_cache: tuple[Hashable, RequestSize] | None = None
 
     @property
     def tool_tokens(self) -> int:
@@ -76,6 +79,28 @@ class RequestBuilder:
         if checksum:
             self._summary_cache = (key, message)
         return message
+
+    def summary_tokens(self, state: dict[str, Any], settings: Settings) -> int:
+        """Tokens of the summary message a request for ``state`` carries (0 without one)."""
+        summary = state.get("summary")
+        if not summary:
+            return 0
+        mark = state.get("compaction") or {}
+        return self._counter.count_message(self._summary_message(summary, mark, settings))
+
+    def measure_state(self, state: dict[str, Any], settings: Settings) -> RequestSize:
+        """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
+        window: Sequence[BaseMessage] = state.get("messages") or []
+        key = (
+            tuple((m.id, len(m.content)) for m in window),
+            (state.get("compaction") or {}).get("checksum"),
+            settings,
+        )
+        if self._size_cache is not None and self._size_cache[0] == key:
+            return self._size_cache[1]
+        size = self.measure(self.build(state, settings))
+        self._size_cache = (key, size)
+        return size
 
     def measure(self, request: Sequence[BaseMessage]) -> RequestSize:
         """Tokens (tool schemas included) and message count of a built request."""

@@ -63,6 +63,14 @@ class Settings:
         default=8,
         metadata={"description": "Recent messages kept verbatim when compacting."},
     )
+    compaction_target: float = field(
+        default=0.85,
+        metadata={
+            "description": "After compacting, the request should use at most this fraction of "
+            "each trigger; fewer than keep_messages are kept when needed, so the next turns "
+            "do not compact again at once."
+        },
+    )
     summary_max_tokens: int = field(
         default=1_500,
         metadata={"description": "Largest accepted summary (sections plus ledger), in tokens."},
@@ -134,6 +142,16 @@ class Settings:
                 f"Settings.summary_max_tokens + ledger_max_tokens ({self.summary_max_tokens} + "
                 f"{self.ledger_budget}) must stay below trigger_tokens "
                 f"({self.trigger_tokens}), or a compacted request could never fit"
+            )
+        target = self.compaction_target
+        if (
+            isinstance(target, bool)
+            or not isinstance(target, (int, float))
+            or not 0.3 <= target <= 1
+        ):
+            raise SettingsError(
+                f"Settings.compaction_target must be a number from 0.3 to 1, for example 0.85, "
+                f"got {target!r}"
             )
         fraction = self.trigger_fraction
         if fraction is not None and (

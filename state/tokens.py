@@ -35,7 +35,18 @@ def encoding() -> tiktoken.Encoding:
 
 
 def count_text(text: str) -> int:
-    """Count the tokens of a plain string."""
+    """Count the tokens of a plain string (short strings, such as ledger lines, are memoized)."""
+    if len(text) <= SHORT_TEXT:
+        return _count_short(text)
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+SHORT_TEXT = 256
+"""Strings up to this length are memoized by ``count_text``."""
+
+
+@lru_cache(maxsize=16_384)
+def _count_short(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 
@@ -58,6 +69,22 @@ def message_text(message: BaseMessage) -> str:
     return "\n".join(parts)
 
 
+def _fingerprint(message: BaseMessage) -> int:
+    """A cheap hash of what a message says, so a message replaced under its id is recounted.
+
+    Plain-text content is hashed directly (a string caches its hash); only structured
+    content and tool calls need serializing.
+    """
+    content = message.content
+    if not isinstance(content, str):
+        return hash(message_text(message))
+    calls = tuple(
+        (call.get("id"), call.get("name"), repr(call.get("args")))
+        for call in getattr(message, "tool_calls", None) or ()
+    )
+    return hash((message.type, message.name, content, calls))
+
+
 class TokenCounter:
     """Counts messages exactly, caching each count under the message id."""
 
@@ -67,16 +94,14 @@ class TokenCounter:
 
     def count_message(self, message: BaseMessage) -> int:
         """Tokens of one message including its framing; cached when the message has an id."""
-        text = message_text(message)
         if message.id is None:
-            return count_text(text) + TOKENS_PER_MESSAGE
-        # The text's hash guards against a message replaced under the same id.
-        key = (message.id, hash(text))
+            return count_text(message_text(message)) + TOKENS_PER_MESSAGE
+        key = (message.id, _fingerprint(message))
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        counted = count_text(text) + TOKENS_PER_MESSAGE
+        counted = count_text(message_text(message)) + TOKENS_PER_MESSAGE
         self._cache[key] = counted
         if len(self._cache) > self._max_entries:
             self._cache.popitem(last=False)

@@ -120,15 +120,13 @@ class ThreadArchive:
         replaced instead of raising ``ArchiveConflictError``.
         """
         key = version_key(record["version"])
-        existing = self.store.get(self.namespace, key)
-        if uncommitted or not _already_stored(record, existing):
+        if uncommitted or not _already_stored(record, self.store.get(self.namespace, key)):
             self.store.put(self.namespace, key, dict(record), index=False)
 
     async def aput(self, record: ArchiveRecord, *, uncommitted: bool = False) -> None:
         """Async :meth:`put`."""
         key = version_key(record["version"])
-        existing = await self.store.aget(self.namespace, key)
-        if uncommitted or not _already_stored(record, existing):
+        if uncommitted or not _already_stored(record, await self.store.aget(self.namespace, key)):
             await self.store.aput(self.namespace, key, dict(record), index=False)
 
     def get(self, version: int) -> ArchiveRecord | None:

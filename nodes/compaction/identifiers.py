@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import Literal
 
 from langchain_core.messages import BaseMessage
@@ -87,6 +88,12 @@ _PATTERNS: tuple[tuple[re.Pattern[str], _Validator], ...] = tuple(
 
 def extract_identifiers(text: str) -> list[str]:
     """Exact identifiers in ``text``, in order of appearance, without duplicates."""
+    return list(_identifiers(text))
+
+
+@lru_cache(maxsize=4_096)
+def _identifiers(text: str) -> tuple[str, ...]:
+    """Memoized: the same folded text is read again by later compactions."""
     found: list[tuple[int, str]] = []
     taken: list[tuple[int, int]] = []
     for pattern, validator in _PATTERNS:
@@ -99,7 +106,7 @@ def extract_identifiers(text: str) -> list[str]:
                 continue
             taken.append((start, end))
             found.append((start, value))
-    return list(dict.fromkeys(value for _, value in sorted(found)))
+    return tuple(dict.fromkeys(value for _, value in sorted(found)))
 
 
 _SENTENCE_BREAK = re.compile(r"(?<=[。！？；])|(?<=[.!?])(?=\s)|\n")
@@ -179,6 +186,11 @@ def outcome_claims(text: str) -> tuple[bool, bool]:
     success = _SUCCESS_WORDS.search(_NOT_SUCCESS.sub(" ", text)) is not None
     failure = _FAILURE_WORDS.search(_NOT_FAILURE.sub(" ", text)) is not None
     return success, failure
+
+
+def has_outcome_words(text: str) -> bool:
+    """Whether ``text`` contains any success or failure word at all (a cheap pre-check)."""
+    return _SUCCESS_WORDS.search(text) is not None or _FAILURE_WORDS.search(text) is not None
 
 
 def token_pattern(text: str) -> re.Pattern[str]:

@@ -15,6 +15,7 @@ from nodes.compaction.identifiers import (
     claims_by_mention,
     error_outcome,
     extract_identifiers,
+    has_outcome_words,
     is_constraint,
     message_text,
     scalar_strings,
@@ -400,6 +401,8 @@ def find_contradictions(summary_text: str, ledger: Ledger) -> list[str]:
     by_id, by_name = _targets(ledger)
     problems: list[str] = []
     for sentence in split_sentences(summary_text):
+        if not has_outcome_words(sentence):
+            continue  # no claim of any outcome, so nothing to contradict
         analysed, mentions = _mentions(sentence, by_id, by_name)
         reported: set[str] = set()
         for (_, _, (_, name, entries)), (success, failure) in zip(

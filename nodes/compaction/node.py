@@ -18,10 +18,8 @@ from nodes.compaction.ledger import (
     derive_ledger,
     empty_ledger,
     merge_ledgers,
-    render_ledger_within,
 )
 from nodes.compaction.partition import partition_history
-from nodes.compaction.render import render_sections
 from nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
 from nodes.compaction.triggers import fired_triggers
 from nodes.compaction.verify import size_problems, summary_problems
@@ -32,7 +30,7 @@ from state.messages import is_real_user_message
 from state.models import Models, input_window
 from state.settings import Settings
 from state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
-from state.tokens import TokenCounter, count_text
+from state.tokens import TokenCounter
 from store.archive import ArchiveRecord, ThreadArchive, build_record
 
 logger = logging.getLogger("ctxgraph.compaction")
@@ -82,10 +80,10 @@ class CompactNode:
         self._builder = builder
         self._settings = settings
         self._counter = counter
-        self._writer = SummaryWriter([models.summary_model, models.main])
+        self._writer = SummaryWriter([models.summary_model, models.main], counter)
 
     def _measure(self, state: dict[str, Any], settings: Settings) -> RequestSize:
-        return self._builder.measure(self._builder.build(state, settings))
+        return self._builder.measure_state(state, settings)
 
     def route(
         self, state: dict[str, Any], runtime: Runtime[Context]
@@ -103,15 +101,16 @@ class CompactNode:
         previous: dict[str, Any] | None = state.get("summary")
         window = input_window(self._main, settings.context_window)
         messages = state.get("messages") or []
+        expected_summary = self._expected_summary(state, settings)
         keep = settings.keep_messages
         while True:
             old, kept = partition_history(messages, keep)
-            ledger = self._ledger(previous, old, settings)
             # Large kept messages (big tool results) can leave no room for the summary:
             # then keep fewer, down to the last exchange and the pinned messages.
-            if keep == 1 or self._room_after(kept, ledger, previous, settings, window):
+            if keep == 1 or self._room_after(kept, expected_summary, settings, window):
                 break
             keep = max(1, keep // 2)
+        ledger = self._ledger(previous, old, settings)
         return Plan(
             settings=settings,
             archive=ThreadArchive(_require_store(runtime.store), _thread_id(config)),
@@ -140,32 +139,22 @@ class CompactNode:
         )
         return bounded
 
-    @staticmethod
-    def _expected_sections(previous: dict[str, Any] | None, settings: Settings) -> int:
-        """A cautious guess at the next summary's size: the last one's plus a quarter."""
-        if not previous:
-            return settings.summary_max_tokens // 2
-        last = count_text(render_sections(previous))
-        return min(settings.summary_max_tokens, last + last // 4 + 100)
+    def _expected_summary(self, state: dict[str, Any], settings: Settings) -> int:
+        """A cautious guess at the next summary message's size: the current one's plus 15%."""
+        current = self._builder.summary_tokens(state, settings)
+        if not current:
+            return (settings.summary_max_tokens + settings.ledger_budget) // 2
+        return min(
+            current + current // 7 + 100, settings.summary_max_tokens + settings.ledger_budget
+        )
 
     def _room_after(
-        self,
-        kept: list[BaseMessage],
-        ledger: Ledger,
-        previous: dict[str, Any] | None,
-        settings: Settings,
-        window: int | None,
+        self, kept: list[BaseMessage], expected_summary: int, settings: Settings, window: int | None
     ) -> bool:
-        """Whether ``kept`` plus a summary of the expected size would clear every trigger."""
-        request = self._builder.build({"messages": kept}, settings)
-        size = self._builder.measure(request)
-        expected = RequestSize(
-            tokens=size.tokens
-            + count_text(render_ledger_within(ledger, settings.ledger_budget))
-            + self._expected_sections(previous, settings),
-            messages=size.messages + 1,
-        )
-        return not fired_triggers(expected, settings, window)
+        """Whether ``kept`` plus a summary of the expected size leaves room under the triggers."""
+        size = self._builder.measure(self._builder.build({"messages": kept}, settings))
+        expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
+        return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
 
     def invoke(
         self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig

@@ -18,7 +18,7 @@ from nodes.compaction.partition import exchange_units
 from nodes.compaction.render import SECTIONS, render_sections
 from state.messages import message_origin
 from state.settings import Settings
-from state.tokens import count_text
+from state.tokens import TokenCounter, count_text
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -61,6 +61,9 @@ _HEADING = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 _TITLE_TO_KEY = {title: key for key, title in SECTIONS}
+TRANSCRIPT_LABEL_TOKENS = 16
+"""Upper bound on what a transcript line adds to a message (role, call id, status)."""
+
 _TRUNCATION = "\n[... {omitted} more characters are kept in the thread archive ...]"
 
 
@@ -136,18 +139,19 @@ def take_chunk(
     current_request: str,
     *,
     budget: int,
-    max_chars: int,
+    counter: TokenCounter,
 ) -> int:
     """How many leading whole units fit one summary call on top of ``previous``.
 
     The prompt is measured with the running summary it will carry, so every call stays
-    within ``budget``; at least one unit is taken so that progress is always made.
+    within ``budget``; at least one unit is taken so that progress is always made. A
+    unit's size is its messages' cached token counts plus room for the transcript labels.
     """
     empty = build_prompt(SummaryJob(previous, (), current_request), max_tokens=0, max_chars=0)
     used = sum(count_text(answer_text(message)) for message in empty)
     taken = 0
     for unit in units:
-        size = count_text(transcript(unit, max_chars=max_chars)) + 1
+        size = sum(counter.count_message(m) + TRANSCRIPT_LABEL_TOKENS for m in unit)
         if taken and used + size > budget:
             break
         used += size
@@ -177,8 +181,9 @@ def candidates(models: Sequence[BaseChatModel]) -> list[BaseChatModel]:
 class SummaryWriter:
     """Runs summary calls: chunked when the input is large, summary model first, then main."""
 
-    def __init__(self, models: Sequence[BaseChatModel]) -> None:
+    def __init__(self, models: Sequence[BaseChatModel], counter: TokenCounter) -> None:
         self._models = candidates(models)
+        self._counter = counter
 
     def write(self, job: SummaryJob, settings: Settings, check: Check) -> dict[str, str]:
         """Summarize synchronously; raises ``SummaryError`` when every model fails.
@@ -220,8 +225,8 @@ class SummaryWriter:
             if not units:
                 return {key: str(previous[key]) for key, _ in SECTIONS}
 
-    @staticmethod
     def _next_prompt(
+        self,
         units: list[list[BaseMessage]],
         previous: dict[str, Any] | None,
         job: SummaryJob,
@@ -235,7 +240,7 @@ class SummaryWriter:
             previous,
             job.current_request,
             budget=settings.summary_input_budget,
-            max_chars=max_chars,
+            counter=self._counter,
         )
         chunk = [message for unit in units[:taken] for message in unit]
         prompt = build_prompt(

@@ -6,15 +6,24 @@ from nodes.request import RequestSize
 from state.settings import Settings
 
 
-def fired_triggers(size: RequestSize, settings: Settings, window: int | None) -> list[str]:
-    """Names of the triggers that fire for a request of ``size`` (any one is enough)."""
+def fired_triggers(
+    size: RequestSize, settings: Settings, window: int | None, *, scale: float = 1.0
+) -> list[str]:
+    """Names of the triggers that fire for a request of ``size`` (any one is enough).
+
+    ``scale`` lowers every threshold, to ask whether a request leaves room below them.
+    """
     fired: list[str] = []
-    if size.tokens >= settings.trigger_tokens:
-        fired.append(f"tokens {size.tokens} >= {settings.trigger_tokens}")
-    if size.messages >= settings.trigger_messages:
-        fired.append(f"messages {size.messages} >= {settings.trigger_messages}")
+    tokens = int(settings.trigger_tokens * scale)
+    if size.tokens >= tokens:
+        fired.append(f"tokens {size.tokens} >= {tokens}")
+    messages = int(settings.trigger_messages * scale)
+    if size.messages >= messages:
+        fired.append(f"messages {size.messages} >= {messages}")
     if settings.trigger_fraction is not None and window is not None:
-        limit = int(settings.trigger_fraction * window)
+        limit = int(settings.trigger_fraction * scale * window)
         if size.tokens >= limit:
-            fired.append(f"tokens {size.tokens} >= {settings.trigger_fraction:g} of {window}")
+            fired.append(
+                f"tokens {size.tokens} >= {limit} ({settings.trigger_fraction:g} of {window})"
+            )
     return fired
