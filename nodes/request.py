@@ -16,6 +16,7 @@ from state.settings import Settings
 from state.tokens import TokenCounter
 
 SUMMARY_MESSAGE_ID = "ctxgraph-summary"
+SYSTEM_PROMPT_ID = "ctxgraph-system-prompt"
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,10 @@ class RequestBuilder:
         leading = 0
         while leading < len(window) and isinstance(window[leading], SystemMessage):
             leading += 1
-        request: list[BaseMessage] = [SystemMessage(content=settings.system_prompt)]
+        # A stable id lets the token counter cache the prompt's count.
+        request: list[BaseMessage] = [
+            SystemMessage(content=settings.system_prompt, id=SYSTEM_PROMPT_ID)
+        ]
         request.extend(window[:leading])
         summary = state.get("summary")
         mark = state.get("compaction") or {}

@@ -1,0 +1,112 @@
+"""Compaction under a tight token trigger: fewer kept messages, a ledger within budget."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
+
+from graph import build_graph
+from graph.scripted_model import ScriptedChatModel
+from nodes.compaction.ledger import render_ledger, render_ledger_within
+from state import Context, Models, Settings, SettingsError
+from state.tokens import TokenCounter, count_text
+from tests.support.scripted import demo_summarizer, main_requests
+
+REPORT = "quarterly figures " * 350  # about 700 tokens per tool result
+
+
+@tool
+def fetch_report(name: str) -> str:
+    """Fetch a long report."""
+    return f"report {name}: {REPORT}"
+
+
+@tool
+def send_email(to: str) -> str:
+    """Send an e-mail (a side effect)."""
+    return f"sent to {to}"
+
+
+def agent(messages: list[BaseMessage]) -> AIMessage:
+    """Every user turn fetches two reports and sends an e-mail, then answers."""
+    last = messages[-1]
+    # The turn number rides in the user text, so call ids stay unique after compaction.
+    users = [m for m in messages if m.type == "human" and not m.additional_kwargs]
+    turn = int(str(users[-1].content).split()[-1])
+    if last.type == "human":
+        return AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "fetch_report", "args": {"name": f"r{turn}"}, "id": f"f{turn}"},
+                {"name": "fetch_report", "args": {"name": f"s{turn}"}, "id": f"g{turn}"},
+                {
+                    "name": "send_email",
+                    "args": {"to": f"u{turn}@example.com"},
+                    "id": f"e{turn}",
+                },
+            ],
+        )
+    assert isinstance(last, ToolMessage)
+    return AIMessage(content=f"Done with turn {turn}.")
+
+
+def test_kept_messages_shrink_so_every_request_stays_under_the_trigger(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings(
+        trigger_tokens=3_000,
+        trigger_messages=40,
+        keep_messages=8,
+        summary_max_tokens=600,
+        ledger_max_tokens=300,
+    )
+    main = ScriptedChatModel(responder=agent)
+    graph = build_graph(
+        models=Models(main=main, summary=demo_summarizer()),
+        tools=[fetch_report, send_email],
+        settings=settings,
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    config = {"configurable": {"thread_id": "tight"}}
+    caplog.set_level(logging.WARNING, logger="ctxgraph.compaction")
+    for turn in range(12):
+        graph.invoke({"messages": [("user", f"turn {turn}")]}, config, context=Context(user_id="u"))
+
+    counter = TokenCounter()
+    schemas = counter.count_tools([fetch_report, send_email]) + 150  # read_history too
+    sizes = [counter.count_messages(r) + schemas for r in main_requests(main)]
+    assert max(sizes) <= settings.trigger_tokens, sizes
+    state = graph.get_state(config).values
+    assert state["compaction"]["version"] >= 3
+    # keep_messages=8 cannot fit under a 3,000-token trigger with 700-token results, so
+    # every compaction kept fewer messages instead of failing verification.
+    assert not [r for r in caplog.records if "compaction skipped" in r.getMessage()]
+    # The ledger keeps every e-mail (a side effect) in the state...
+    emails = [e for e in state["summary"]["ledger"]["tool_calls"] if e["name"] == "send_email"]
+    assert len(emails) >= 6
+    # ...while the request shows it within the ledger budget, the rest counted.
+    injected = main_requests(main)[-1][1]
+    assert injected.additional_kwargs["origin"] == "summary"
+    assert (
+        "Older successes not listed here" in str(injected.content)
+        or count_text(render_ledger(state["summary"]["ledger"])) <= settings.ledger_budget
+    )
+
+
+def test_ledger_budget_is_at_most_a_sixth_of_the_trigger() -> None:
+    assert Settings(trigger_tokens=4_000).ledger_budget == 666
+    assert Settings().ledger_budget == 1_000
+    ledger = {"tool_calls": [], "aggregated": {}, "constraints": [], "identifiers": ["A-1001"]}
+    assert render_ledger_within(ledger, 100) == "IDENTIFIERS: A-1001"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("target", [0.1, 1.5, True])
+def test_compaction_target_is_validated(target: object) -> None:
+    with pytest.raises(SettingsError, match=r"compaction_target must be a number from 0.3 to 1"):
+        Settings(compaction_target=target)  # type: ignore[arg-type]
