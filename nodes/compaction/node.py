@@ -100,16 +100,7 @@ class CompactNode:
         settings = effective_settings(require_context(runtime.context), self._settings)
         previous: dict[str, Any] | None = state.get("summary")
         window = input_window(self._main, settings.context_window)
-        messages = state.get("messages") or []
-        expected_summary = self._expected_summary(state, settings)
-        keep = settings.keep_messages
-        while True:
-            old, kept = partition_history(messages, keep)
-            # Large kept messages (big tool results) can leave no room for the summary:
-            # then keep fewer, down to the last exchange and the pinned messages.
-            if keep == 1 or self._room_after(kept, expected_summary, settings, window):
-                break
-            keep = max(1, keep // 2)
+        old, kept = self.split(state, settings)
         ledger = self._ledger(previous, old, settings)
         return Plan(
             settings=settings,
@@ -122,6 +113,26 @@ class CompactNode:
             window=window,
             ledger=ledger,
         )
+
+    def split(
+        self, state: dict[str, Any], settings: Settings
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """The ``(old, kept)`` split the next compaction of ``state`` will use.
+
+        Deterministic for a given state, so the flush node hands memory extraction exactly
+        the messages that compaction is about to fold.
+        """
+        window = input_window(self._main, settings.context_window)
+        messages = state.get("messages") or []
+        expected_summary = self._expected_summary(state, settings)
+        keep = settings.keep_messages
+        while True:
+            old, kept = partition_history(messages, keep)
+            # Large kept messages (big tool results) can leave no room for the summary:
+            # then keep fewer, down to the last exchange and the pinned messages.
+            if keep == 1 or self._room_after(kept, expected_summary, settings, window):
+                return old, kept
+            keep = max(1, keep // 2)
 
     @staticmethod
     def _ledger(
