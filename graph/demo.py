@@ -12,13 +12,14 @@ from langchain_core.tools import BaseTool, tool
 
 from graph.scripted_model import ScriptedChatModel
 from nodes.compaction.summarizer import SUMMARY_SYSTEM
+from state.messages import message_origin
 from state.models import Models
 
 _ARITHMETIC = re.compile(
     r"\b(?:what is|what's|compute|calculate)\s+(\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+)",
     re.IGNORECASE,
 )
-_RECALL = re.compile(r"\b(what did i|remind me|earlier|before)\b", re.IGNORECASE)
+_RECALL = re.compile(r"\b(what did i (?:say|tell you)|remind me)\b", re.IGNORECASE)
 
 _OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -60,6 +61,10 @@ def _section(text: str, title: str, following: str | None) -> str:
     return match.group(1).strip() if match else ""
 
 
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 def demo_summary(prompt: str) -> AIMessage:
     """A deterministic four-section summary built from the summary prompt's data blocks."""
     previous = _block(prompt, "previous_summary")
@@ -67,11 +72,12 @@ def demo_summary(prompt: str) -> AIMessage:
     request = _block(prompt, "current_request")
     said = [line.removeprefix("human: ") for line in folded if line.startswith("human: ")]
     calls = [line for line in folded if line.startswith("assistant called ")]
-    intent = _section(previous, "SESSION INTENT", "SUMMARY") or (said[0] if said else request)
+    first = (said[0] if said else request).split(". ")[0]
+    intent = _section(previous, "SESSION INTENT", "SUMMARY") or _short(first, 120)
     earlier = _section(previous, "SUMMARY", "ARTIFACTS").splitlines()
     latest = f"Folded {len(folded)} lines: {len(said)} user turns, {len(calls)} tool calls."
     if said:
-        latest += f" The user last said: {said[-1]}"
+        latest += f" The user last said: {_short(said[-1], 80)}"
     lines = [*earlier, latest][-6:]
     body = "\n".join(lines)
     return AIMessage(
@@ -81,6 +87,14 @@ def demo_summary(prompt: str) -> AIMessage:
     )
 
 
+def _summary_intent(messages: list[BaseMessage]) -> str:
+    """The SESSION INTENT of an injected summary message, if the request carries one."""
+    for message in messages:
+        if message_origin(message) == "summary":
+            return _section(_text(message), "SESSION INTENT", "SUMMARY")
+    return ""
+
+
 def demo_reply(messages: list[BaseMessage]) -> AIMessage:
     """Answer deterministically: arithmetic goes through the calculator, recall reads history."""
     if messages and _text(messages[0]) == SUMMARY_SYSTEM:
@@ -88,7 +102,7 @@ def demo_reply(messages: list[BaseMessage]) -> AIMessage:
     last = messages[-1]
     if isinstance(last, ToolMessage):
         return AIMessage(content=f"The calculator says {_text(last)}.")
-    users = [m for m in messages if isinstance(m, HumanMessage)]
+    users = [m for m in messages if isinstance(m, HumanMessage) and not message_origin(m)]
     said = _text(users[-1]) if users else ""
     expression = _ARITHMETIC.search(said)
     if expression:
@@ -102,8 +116,12 @@ def demo_reply(messages: list[BaseMessage]) -> AIMessage:
         )
     if _RECALL.search(said):
         earlier = [_text(m) for m in users[:-1]]
-        listed = "; ".join(f'"{text}"' for text in earlier) or "nothing yet"
-        return AIMessage(content=f"Earlier in this thread you said: {listed}.")
+        intent = _summary_intent(messages)
+        parts = [f"From the summary of older turns: {intent}."] if intent else []
+        if earlier or not intent:
+            listed = "; ".join(f'"{text}"' for text in earlier) or "nothing yet"
+            parts.append(f"Earlier in this thread you said: {listed}.")
+        return AIMessage(content=" ".join(parts))
     return AIMessage(content=f"Noted: {said}")
 
 

@@ -8,17 +8,29 @@ import sys
 import uuid
 from typing import TextIO
 
-from graph.cli.threads import show_thread
+from graph.cli.threads import show_thread, verify_thread_command
 from state.models import SCRIPTED_MODEL_NAME
 from store.persistence import open_persistence
 
-FIRST_PROCESS_TURNS = ("I am planning a trip to Kyoto in April.", "What is 17 * 23?")
+FIRST_PROCESS_TURNS = (
+    "I am planning a trip to Kyoto in April. I land at Kansai airport on April 3 and leave on "
+    "April 10, I want to see the cherry blossoms along the Philosopher's Path, visit "
+    "Fushimi Inari early in the morning before the crowds, spend one day in Nara, and keep "
+    "the hotel budget under 180 euros a night. I do not eat meat, so please keep that in "
+    "mind for any restaurant ideas, and never book anything that cannot be cancelled.",
+    "What is 17 * 23?",
+)
 SECOND_PROCESS_TURNS = ("What did I say before?",)
+SMALL_TRIGGER = "6"
+SMALL_KEEP = "2"
+"""Compaction settings of the second process, so the demo shows one compaction."""
 
 
-def _run_in_child(user: str, thread_id: str, turns: tuple[str, ...], out: TextIO) -> int:
+def _run_in_child(
+    user: str, thread_id: str, turns: tuple[str, ...], out: TextIO, **settings: str
+) -> int:
     """Run turns in a fresh Python process, so only the database carries state across."""
-    env = {**os.environ, "CTXGRAPH_MODEL": SCRIPTED_MODEL_NAME}
+    env = {**os.environ, "CTXGRAPH_MODEL": SCRIPTED_MODEL_NAME, **settings}
     command = [sys.executable, "-m", "graph.cli", "run", "--user", user, "--thread", thread_id]
     completed = subprocess.run(
         [*command, *turns], env=env, capture_output=True, text=True, check=False
@@ -38,11 +50,17 @@ def run_demo(out: TextIO, *, user: str = "demo-user", thread_id: str | None = No
         out.write(f"== process 1: {len(FIRST_PROCESS_TURNS)} turns in a new Python process\n")
         if _run_in_child(user, thread, FIRST_PROCESS_TURNS, out) != 0:
             return 1
-        out.write("\n== process 1 exited; process 2 starts from the database alone\n")
-        if _run_in_child(user, thread, SECOND_PROCESS_TURNS, out) != 0:
+        out.write(
+            "\n== process 1 exited; process 2 starts from the database alone, with a small "
+            f"compaction trigger ({SMALL_TRIGGER} messages, keep {SMALL_KEEP})\n"
+        )
+        small = {"CTXGRAPH_TRIGGER_MESSAGES": SMALL_TRIGGER, "CTXGRAPH_KEEP_MESSAGES": SMALL_KEEP}
+        if _run_in_child(user, thread, SECOND_PROCESS_TURNS, out, **small) != 0:
             return 1
-        out.write("\n== persisted state of the thread\n")
-        show_thread(persistence, thread, out)
+        out.write("\n== persisted state of the thread (archive, then window)\n")
+        show_thread(persistence, thread, out, with_summary=True)
+        out.write("\n== integrity\n")
+        verify_thread_command(persistence, thread, out)
         out.write(
             "\nResume it yourself: "
             f"CTXGRAPH_MODEL={SCRIPTED_MODEL_NAME} ctxgraph chat --user {user} --thread {thread}\n"
