@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from state.context import validate_label
+
 
 def _thread_label(thread_id: object) -> str:
     """Return ``thread_id`` if it can be a namespace label, else raise ValueError naming it."""
@@ -20,3 +22,34 @@ def thread_archive(thread_id: str) -> tuple[str, ...]:
 def thread_artifacts(thread_id: str) -> tuple[str, ...]:
     """Namespace of the artifacts of one thread."""
     return ("threads", _thread_label(thread_id), "artifacts")
+
+
+def user_profile(user_id: str) -> tuple[str, ...]:
+    """Namespace of a user's profile (one item, key ``profile``), shared by all agents."""
+    return ("memory", validate_label("user_id", user_id), "profile")
+
+
+def user_facts(user_id: str, agent_name: str) -> tuple[str, ...]:
+    """Namespace of the facts one agent keeps about one user."""
+    return (
+        "memory",
+        validate_label("user_id", user_id),
+        "agents",
+        validate_label("agent_name", agent_name),
+        "facts",
+    )
+
+
+def project_facts(project_id: str) -> tuple[str, ...]:
+    """Namespace of the facts shared by everyone working in one project."""
+    return ("memory", "projects", validate_label("project_id", project_id), "facts")
+
+
+def thread_memory(thread_id: str) -> tuple[str, ...]:
+    """Namespace of a thread's memory bookkeeping (processed message ids, deferred queue)."""
+    return ("threads", validate_label("thread_id", thread_id), "memory")
+
+
+def memory_queue() -> tuple[str, ...]:
+    """Namespace of deferred memory extractions waiting for a worker (one item per thread)."""
+    return ("memory_queue",)
