@@ -1,0 +1,1 @@
+"""Long-term memory: filtering, extraction and loading."""
