@@ -296,6 +296,8 @@ def build_ctxgraph(
         trigger_tokens=config.trigger_tokens,
         trigger_messages=config.trigger_messages,
         keep_messages=config.keep_messages,
+        # This benchmark compares compaction; long-term memory has a benchmark of its own.
+        memory_extraction="off",
         **dict(config.ctxgraph_overrides),
     )
     graph = build_graph(

@@ -15,6 +15,7 @@ from langgraph.store.base import BaseStore
 from graph.input_check import attach_input_check
 from nodes.compaction.node import CompactNode
 from nodes.history_tool import read_history_tool
+from nodes.memory.node import MemoryNodes
 from nodes.model import ModelNode
 from nodes.request import RequestBuilder
 from nodes.routing import route_after_model
@@ -42,17 +43,27 @@ def create_builder(
     requests = RequestBuilder(all_tools, counter)
     model = ModelNode(models.main, all_tools, settings, requests)
     compact = CompactNode(models, requests, settings, counter)
-    before_model: dict[Hashable, str] = {"compact": "compact", "model": "model"}
+    memory = MemoryNodes(models, compact, settings)
+    before_model: dict[Hashable, str] = {"compact": "flush", "model": "model"}
 
     builder: Builder = StateGraph(
         AgentState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
+    builder.add_node("flush", RunnableCallable(memory.flush, memory.aflush, name="flush"))
     builder.add_node("compact", RunnableCallable(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", RunnableCallable(model.invoke, model.ainvoke, name="model"))
     builder.add_node("tools", tools_node(all_tools))
+    builder.add_node(
+        "extract_memory",
+        RunnableCallable(memory.extract_turn, memory.aextract_turn, name="extract_memory"),
+    )
     builder.add_conditional_edges(START, compact.route, before_model)
+    builder.add_edge("flush", "compact")
     builder.add_edge("compact", "model")
-    builder.add_conditional_edges("model", route_after_model, {"tools": "tools", "finish": END})
+    builder.add_conditional_edges(
+        "model", route_after_model, {"tools": "tools", "finish": "extract_memory"}
+    )
+    builder.add_edge("extract_memory", END)
     builder.add_conditional_edges("tools", compact.route, before_model)
     return builder
 

@@ -12,6 +12,7 @@ from langchain_core.tools import BaseTool, tool
 
 from graph.scripted_model import ScriptedChatModel
 from nodes.compaction.summarizer import SUMMARY_SYSTEM
+from nodes.memory.extract import EXTRACTION_SYSTEM
 from state.messages import message_origin
 from state.models import Models
 
@@ -95,10 +96,46 @@ def _summary_intent(messages: list[BaseMessage]) -> str:
     return ""
 
 
+_ROW = re.compile(r"^\[(?P<id>[^\]]+)\] user: (?P<text>.*)$", re.MULTILINE)
+_DURABLE = re.compile(
+    r"\b(?:I (?:mainly|usually|always|prefer|work)|my (?:name|job|role) is)\b"
+    r"|我主要|我平时|平时请用|我偏好",
+    re.IGNORECASE,
+)
+
+
+def demo_memory(prompt: str) -> AIMessage:
+    """A deterministic extraction: durable self-descriptions in the new conversation."""
+    facts: list[dict[str, object]] = []
+    for row in _ROW.finditer(_block(prompt, "new_conversation")):
+        for sentence in re.split(r"(?<=[.!?。！？])\s*", row.group("text")):
+            if not sentence or not _DURABLE.search(sentence):
+                continue
+            words = re.findall(r"[a-z]+", sentence.lower())[1:4] or ["note", str(len(facts))]
+            facts.append(
+                {
+                    "key": "_".join(words),
+                    "content": sentence,
+                    "category": "preference" if "prefer" in sentence.lower() else "context",
+                    "scope": "user",
+                    "durability": "durable",
+                    "authority": "descriptive",
+                    "confidence": 0.8,
+                    "evidence_message_id": row.group("id"),
+                    "evidence_text": sentence,
+                }
+            )
+    update = {"facts": facts, "profile_updates": []}
+    call = {"name": "MemoryUpdate", "args": update, "id": f"call_memory_{len(facts)}"}
+    return AIMessage(content="", tool_calls=[call])
+
+
 def demo_reply(messages: list[BaseMessage]) -> AIMessage:
     """Answer deterministically: arithmetic goes through the calculator, recall reads history."""
     if messages and _text(messages[0]) == SUMMARY_SYSTEM:
         return demo_summary(_text(messages[-1]))
+    if messages and _text(messages[0]) == EXTRACTION_SYSTEM:
+        return demo_memory(_text(messages[-1]))
     last = messages[-1]
     if isinstance(last, ToolMessage):
         return AIMessage(content=f"The calculator says {_text(last)}.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful assistant working inside a long-running session. "
@@ -101,6 +101,25 @@ class Settings:
             "successes and identifiers only while they fit."
         },
     )
+    memory_extraction: Literal["inline", "deferred", "off"] = field(
+        default="inline",
+        metadata={
+            "description": "Extract long-term memory at the end of each turn (inline), queue "
+            "it in the Store for a worker (deferred), or not at all (off); env "
+            "CTXGRAPH_MEMORY_EXTRACTION."
+        },
+    )
+    confidence_threshold: float = field(
+        default=0.7,
+        metadata={"description": "Lowest confidence at which a fact candidate is stored."},
+    )
+    memory_quiet_seconds: float = field(
+        default=30.0,
+        metadata={
+            "description": "Deferred extraction waits until a thread has been quiet this long "
+            "(newest rows win, work is merged)."
+        },
+    )
     read_only_tools: tuple[str, ...] = field(
         default=(),
         metadata={
@@ -163,6 +182,25 @@ class Settings:
                 "Settings.trigger_fraction must be a number in (0, 1], for example 0.8, "
                 f"or None, got {fraction!r}"
             )
+        if self.memory_extraction not in ("inline", "deferred", "off"):
+            raise SettingsError(
+                "Settings.memory_extraction must be 'inline', 'deferred' or 'off', "
+                f"got {self.memory_extraction!r}"
+            )
+        threshold = self.confidence_threshold
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, (int, float))
+            or not (0 <= threshold <= 1)
+        ):
+            raise SettingsError(
+                f"Settings.confidence_threshold must be a number from 0 to 1, got {threshold!r}"
+            )
+        quiet = self.memory_quiet_seconds
+        if isinstance(quiet, bool) or not isinstance(quiet, (int, float)) or quiet < 0:
+            raise SettingsError(
+                f"Settings.memory_quiet_seconds must be a number of seconds >= 0, got {quiet!r}"
+            )
         if not isinstance(self.read_only_tools, tuple) or not all(
             isinstance(name, str) for name in self.read_only_tools
         ):
@@ -206,11 +244,12 @@ class Settings:
         return {f.name: str(f.metadata.get("description", "")) for f in fields(Settings)}
 
 
-ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float]]] = {
+ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float] | type[str]]] = {
     "CTXGRAPH_CONTEXT_WINDOW": ("context_window", int),
     "CTXGRAPH_TRIGGER_TOKENS": ("trigger_tokens", int),
     "CTXGRAPH_TRIGGER_MESSAGES": ("trigger_messages", int),
     "CTXGRAPH_TRIGGER_FRACTION": ("trigger_fraction", float),
     "CTXGRAPH_KEEP_MESSAGES": ("keep_messages", int),
+    "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
 }
 """Environment variables that set a setting, with the setting and its type."""

@@ -59,7 +59,9 @@ from tests.support.scripted import (
 )
 
 CTX = Context(user_id="u1")
-SMALL = Settings(trigger_messages=12, keep_messages=2)
+# These tests are about compaction; memory extraction (which adds model calls) is off.
+NO_MEMORY = "off"
+SMALL = Settings(trigger_messages=12, keep_messages=2, memory_extraction=NO_MEMORY)
 """Compacts once the request holds 12 messages, keeping the last tool exchange verbatim."""
 
 FILLER = (
@@ -437,6 +439,7 @@ def test_failed_compaction_over_the_window_raises_naming_the_largest_message(
     summarizer = ScriptedChatModel(script=[RuntimeError("summary service unavailable")])
     main = ScriptedChatModel(responder=Dispatch(order_agent(plan), summary=refuse))
     settings = Settings(
+        memory_extraction=NO_MEMORY,
         context_window=1000,
         trigger_tokens=800,
         summary_max_tokens=300,
@@ -724,7 +727,12 @@ def ledger_question(n: int) -> HumanMessage:
 
 
 def test_ledger_survives_twenty_compactions_end_to_end() -> None:
-    settings = Settings(trigger_messages=10, keep_messages=4, ledger_max_tool_calls=10)
+    settings = Settings(
+        trigger_messages=10,
+        keep_messages=4,
+        ledger_max_tool_calls=10,
+        memory_extraction=NO_MEMORY,
+    )
     main = ScriptedChatModel(responder=ledger_agent)
     summarizer = demo_summarizer()
     session = make_session(main=main, summarizer=summarizer, settings=settings, tools=LEDGER_TOOLS)
@@ -805,7 +813,12 @@ FIRST_CHUNK = summary_text(
 
 
 def test_large_folded_region_is_summarized_in_chunks_of_whole_exchanges() -> None:
-    settings = Settings(trigger_messages=20, keep_messages=2, summary_input_budget=1000)
+    settings = Settings(
+        trigger_messages=20,
+        keep_messages=2,
+        summary_input_budget=1000,
+        memory_extraction=NO_MEMORY,
+    )
     plan = {n: ("read_report", {"order_id": ORDERS[n - 1]}) for n in range(1, 6)}
     summarizer = ScriptedChatModel(
         script=[FIRST_CHUNK], responder=lambda m: demo_summary(prompt_text(m))
@@ -1012,7 +1025,9 @@ def test_three_hundred_turns_on_postgres_stay_under_the_trigger(
     persistence: Persistence, thread_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     started = time.perf_counter()
-    settings = Settings(trigger_tokens=4000, trigger_messages=40, keep_messages=8)
+    settings = Settings(
+        trigger_tokens=4000, trigger_messages=40, keep_messages=8, memory_extraction=NO_MEMORY
+    )
     main = ScriptedChatModel(responder=long_session_agent)
     summarizer = demo_summarizer()
     graph = build_graph(

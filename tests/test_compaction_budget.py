@@ -59,6 +59,7 @@ def test_kept_messages_shrink_so_every_request_stays_under_the_trigger(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = Settings(
+        memory_extraction="off",
         trigger_tokens=3_000,
         trigger_messages=40,
         keep_messages=8,

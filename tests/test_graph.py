@@ -43,7 +43,7 @@ def test_topology_matches_snapshot() -> None:
 
 def test_builder_is_uncompiled_and_compiles_with_callers_persistence() -> None:
     builder = create_builder(models=demo_models(), tools=demo_tools())
-    assert set(builder.nodes) == {"compact", "model", "tools"}
+    assert set(builder.nodes) == {"flush", "compact", "model", "tools", "extract_memory"}
     saver = InMemorySaver()
     compiled = builder.compile(checkpointer=saver)
     compiled.invoke({"messages": [("user", "hi")]}, config(), context=Context(user_id="u"))

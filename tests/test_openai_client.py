@@ -144,7 +144,7 @@ def test_tool_call_through_tools_node_on_postgres(
         store=persistence.store,
         models=openai_models(server),
         tools=[order_tool(calls)],
-        settings=Settings(system_prompt=SYSTEM),
+        settings=Settings(system_prompt=SYSTEM, memory_extraction="off"),
     )
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
 
@@ -176,7 +176,7 @@ def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
     graph = build_graph(
         models=openai_models(server),
         tools=[order_tool(calls)],
-        settings=Settings(system_prompt=SYSTEM),
+        settings=Settings(system_prompt=SYSTEM, memory_extraction="off"),
     )
 
     chunks: list[AIMessageChunk] = []
@@ -193,7 +193,7 @@ def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
             updated.extend(cast(dict[str, Any], payload))
 
     assert calls == ["A-17"]
-    assert updated == ["model", "tools", "model"]
+    assert updated == ["model", "tools", "model", "extract_memory"]
     assert [r["stream"] for r in server.requests] == [True, True]
     assert server.requests[0]["messages"] == OPENING
     assert server.requests[0]["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA]

@@ -1,0 +1,73 @@
+"""Processes deferred memory extractions left in the Store queue, one thread at a time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+
+from langgraph.store.base import BaseStore
+
+from nodes.memory.extract import ExtractionResult, MemoryExtractor
+from state.models import Models
+from state.settings import Settings
+from store.memory import MemoryRepository
+from store.memory_progress import ProcessedMessages
+from store.memory_queue import MemoryQueue, PendingExtraction
+
+logger = logging.getLogger("ctxgraph.memory")
+
+Processed = list[tuple[PendingExtraction, ExtractionResult]]
+"""Each processed queue item with what its extraction stored."""
+
+
+def process_pending(
+    store: BaseStore,
+    extractor: MemoryExtractor,
+    *,
+    threshold: float,
+    quiet_seconds: float,
+    now: datetime | None = None,
+) -> Processed:
+    """Extract every queued item whose thread has been quiet for ``quiet_seconds``.
+
+    A processed item has its row ids marked as processed and leaves the queue (unless newer
+    rows arrived meanwhile). An item whose extraction fails is logged and stays queued, so a
+    later run retries it and nothing is lost.
+    """
+    queue = MemoryQueue(store)
+    repository = MemoryRepository(store)
+    processed: Processed = []
+    for item in queue.due(quiet_seconds=quiet_seconds, now=now):
+        try:
+            result = extractor.extract(
+                item.rows,
+                item.context,
+                repository,
+                thread_id=item.thread_id,
+                threshold=threshold,
+            )
+        except Exception as error:
+            logger.warning(
+                "memory extraction for thread %s failed (%s: %s); it stays queued for a later run",
+                item.thread_id,
+                type(error).__name__,
+                error,
+                exc_info=logger.isEnabledFor(logging.DEBUG),
+            )
+            continue
+        ProcessedMessages(store, item.thread_id).add(row["id"] for row in item.rows)
+        queue.done(item)
+        processed.append((item, result))
+    return processed
+
+
+def worker_from_env(environ: Mapping[str, str]) -> tuple[MemoryExtractor, Settings]:
+    """The extractor on the configured memory model, and the settings (pass ``os.environ``).
+
+    Raises ``ModelConfigError`` or ``SettingsError`` with a one-line message when the
+    environment does not configure a usable model or settings.
+    """
+    models = Models.from_env(environ)
+    settings = Settings.from_env(environ)
+    return MemoryExtractor(models.memory_model), settings

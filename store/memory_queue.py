@@ -1,0 +1,122 @@
+"""Durable queue of deferred memory extractions: one pending item per thread, newest wins."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.store.base import BaseStore
+
+from state.context import Context
+from store.namespaces import memory_queue
+
+PAGE = 100
+
+
+@dataclass(frozen=True)
+class PendingExtraction:
+    """Rows of one thread waiting for extraction, with the identity to store them under."""
+
+    thread_id: str
+    context: Context
+    rows: list[dict[str, str]]
+    updated_at: datetime
+
+    def to_value(self) -> dict[str, Any]:
+        """The Store value."""
+        return {
+            "thread_id": self.thread_id,
+            "user_id": self.context.user_id,
+            "agent_name": self.context.agent_name,
+            "project_id": self.context.project_id,
+            "rows": self.rows,
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any]) -> PendingExtraction:
+        """Read a Store value back."""
+        return cls(
+            thread_id=value["thread_id"],
+            context=Context(
+                user_id=value["user_id"],
+                agent_name=value["agent_name"],
+                project_id=value.get("project_id"),
+            ),
+            rows=list(value["rows"]),
+            updated_at=datetime.fromisoformat(value["updated_at"]),
+        )
+
+
+def merge_rows(
+    existing: Sequence[dict[str, str]], new: Sequence[dict[str, str]]
+) -> list[dict[str, str]]:
+    """Union of rows by message id, in first-seen order; a newer row replaces an older one."""
+    merged = {row["id"]: row for row in existing}
+    for row in new:
+        merged[row["id"]] = row
+    return list(merged.values())
+
+
+class MemoryQueue:
+    """Pending extractions in the Store, so they survive a crash of the process."""
+
+    def __init__(self, store: BaseStore) -> None:
+        self._store = store
+
+    def enqueue(
+        self,
+        thread_id: str,
+        context: Context,
+        rows: Sequence[dict[str, str]],
+        *,
+        now: datetime | None = None,
+    ) -> PendingExtraction:
+        """Add rows for a thread, merging with what is already waiting (debounce)."""
+        item = self._store.get(memory_queue(), thread_id)
+        waiting = PendingExtraction.from_value(item.value).rows if item else []
+        pending = PendingExtraction(
+            thread_id, context, merge_rows(waiting, rows), now or datetime.now(UTC)
+        )
+        self._store.put(memory_queue(), thread_id, pending.to_value(), index=False)
+        return pending
+
+    async def aenqueue(
+        self,
+        thread_id: str,
+        context: Context,
+        rows: Sequence[dict[str, str]],
+        *,
+        now: datetime | None = None,
+    ) -> PendingExtraction:
+        """Async :meth:`enqueue`."""
+        item = await self._store.aget(memory_queue(), thread_id)
+        waiting = PendingExtraction.from_value(item.value).rows if item else []
+        pending = PendingExtraction(
+            thread_id, context, merge_rows(waiting, rows), now or datetime.now(UTC)
+        )
+        await self._store.aput(memory_queue(), thread_id, pending.to_value(), index=False)
+        return pending
+
+    def due(self, *, quiet_seconds: float, now: datetime | None = None) -> list[PendingExtraction]:
+        """Pending items whose thread has been quiet for ``quiet_seconds`` (0: all of them)."""
+        moment = now or datetime.now(UTC)
+        found: list[PendingExtraction] = []
+        offset = 0
+        while True:
+            page = self._store.search(memory_queue(), limit=PAGE, offset=offset)
+            for item in page:
+                pending = PendingExtraction.from_value(item.value)
+                if (moment - pending.updated_at).total_seconds() >= quiet_seconds:
+                    found.append(pending)
+            if len(page) < PAGE:
+                return found
+            offset += len(page)
+
+    def done(self, pending: PendingExtraction) -> None:
+        """Remove an item once processed, unless newer rows arrived meanwhile."""
+        item = self._store.get(memory_queue(), pending.thread_id)
+        if item and PendingExtraction.from_value(item.value).updated_at == pending.updated_at:
+            self._store.delete(memory_queue(), pending.thread_id)
