@@ -1,4 +1,4 @@
-"""The ``ctxgraph`` command line: chat, run, demo and threads."""
+"""The ``ctxgraph`` command line: chat, run, demo, threads and memory."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ from collections.abc import Sequence
 
 from graph.cli.chat import prompt_lines, run_turns
 from graph.cli.demo import run_demo
+from graph.cli.memory import (
+    UnknownFactError,
+    export_memory,
+    forget_memory,
+    list_memory,
+    process_due_at_start,
+    process_memory,
+)
 from graph.cli.threads import UnknownThreadError, show_thread, verify_thread_command
+from nodes.memory.worker import worker_from_env
 from state.context import Context, ContextError
 from state.models import ModelConfigError
 from state.settings import SettingsError
@@ -24,14 +33,33 @@ USER_ERRORS = (
     EmbeddedPostgresError,
     DatabaseError,
     UnknownThreadError,
+    UnknownFactError,
 )
 
 
-def _identity_arguments(parser: argparse.ArgumentParser) -> None:
+def _identity_arguments(parser: argparse.ArgumentParser, *, thread: bool = True) -> None:
     parser.add_argument("--user", required=True, help="user id (whose thread and memory)")
-    parser.add_argument("--thread", required=True, help="thread id to create or resume")
+    if thread:
+        parser.add_argument("--thread", required=True, help="thread id to create or resume")
     parser.add_argument("--agent", default="default", help="agent name (default: default)")
     parser.add_argument("--project", default=None, help="project id, if any")
+
+
+def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    memory = commands.add_parser("memory", help="inspect and manage long-term memory")
+    memory_commands = memory.add_subparsers(dest="memory_command", required=True)
+    listing = memory_commands.add_parser(
+        "list", help="list the facts remembered about a user (and project)"
+    )
+    _identity_arguments(listing, thread=False)
+    forget = memory_commands.add_parser("forget", help="delete one remembered fact by key")
+    _identity_arguments(forget, thread=False)
+    forget.add_argument("key", help="key of the fact to forget")
+    export = memory_commands.add_parser(
+        "export", help="print everything remembered for a user as JSON"
+    )
+    _identity_arguments(export, thread=False)
+    memory_commands.add_parser("process", help="run every pending (deferred) memory extraction now")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,12 +89,36 @@ def build_parser() -> argparse.ArgumentParser:
         "verify", help="recompute a thread's checksums and hash chain"
     )
     verify.add_argument("thread")
+
+    _memory_parser(commands)
     return parser
+
+
+def _memory(args: argparse.Namespace) -> int:
+    if args.memory_command == "process":
+        extractor, settings = worker_from_env(os.environ)  # fails before opening the database
+        with open_persistence() as persistence:
+            return process_memory(persistence.store, extractor, settings, sys.stdout)
+    context = Context(user_id=args.user, agent_name=args.agent, project_id=args.project)
+    with open_persistence() as persistence:
+        if args.memory_command == "forget":
+            return forget_memory(persistence.store, context, args.key, sys.stdout)
+        if args.memory_command == "export":
+            return export_memory(persistence.store, context, sys.stdout)
+        return list_memory(persistence.store, context, sys.stdout)
+
+
+def _process_left_over_memory() -> None:
+    """Finish due extractions an earlier (perhaps crashed) process left in the queue."""
+    extractor, settings = worker_from_env(os.environ)  # validates the model configuration
+    with open_persistence() as persistence:
+        process_due_at_start(persistence.store, extractor, settings, sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("chat", "run"):
         context = Context(user_id=args.user, agent_name=args.agent, project_id=args.project)
+        _process_left_over_memory()
         interactive = args.command == "chat"
         texts = prompt_lines("you: ", sys.stdout) if interactive else args.messages
         return run_turns(
@@ -74,6 +126,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
     if args.command == "demo":
         return run_demo(sys.stdout, user=args.user, thread_id=args.thread)
+    if args.command == "memory":
+        return _memory(args)
     with open_persistence() as persistence:
         if args.threads_command == "verify":
             return verify_thread_command(persistence, args.thread, sys.stdout)

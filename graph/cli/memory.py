@@ -1,0 +1,120 @@
+"""``ctxgraph memory list|forget|export|process``: inspect and manage long-term memory."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from langgraph.store.base import BaseStore
+
+from nodes.memory.extract import MemoryExtractor
+from nodes.memory.worker import Processed, process_pending
+from state.context import Context
+from state.settings import Settings
+from store.memory import Fact, MemoryRepository
+from store.memory_queue import MemoryQueue
+
+
+class UnknownFactError(LookupError):
+    """``memory forget`` named a key that no fact of the user (or project) has."""
+
+
+def fact_line(fact: Fact) -> str:
+    """One fact as a line: key, content, category, confidence, created date, correction mark."""
+    line = (
+        f"- {fact.key}: {fact.content} ({fact.category}, confidence {fact.confidence:.2f}, "
+        f"created {fact.created_at.date().isoformat()})"
+    )
+    return f"{line} [correction]" if fact.is_correction else line
+
+
+def _who(context: Context) -> str:
+    return f"user {context.user_id} (agent {context.agent_name})"
+
+
+def list_memory(store: BaseStore, context: Context, out: TextIO) -> int:
+    """Print the user's facts for this agent, then the project's facts under a heading."""
+    repository = MemoryRepository(store)
+    facts = repository.list_user_facts(context)
+    shared = repository.list_project_facts(context)
+    if facts:
+        out.write(f"Facts about {_who(context)}:\n")
+        out.write("".join(fact_line(fact) + "\n" for fact in facts))
+    else:
+        out.write(f"No facts remembered about {_who(context)}.\n")
+    if context.project_id is not None:
+        out.write(f"Project {context.project_id} facts:\n")
+        out.write("".join(fact_line(fact) + "\n" for fact in shared) or "(none)\n")
+    return 0
+
+
+def forget_memory(store: BaseStore, context: Context, key: str, out: TextIO) -> int:
+    """Delete the fact ``key`` (the user's first, else the project's); raise if there is none."""
+    if not MemoryRepository(store).forget(context, key):
+        raise UnknownFactError(f"no fact with key {key} for user {context.user_id}")
+    out.write(f"forgot {key}\n")
+    return 0
+
+
+def export_memory(store: BaseStore, context: Context, out: TextIO) -> int:
+    """Write everything remembered for the user, agent and project as JSON."""
+    json.dump(MemoryRepository(store).export(context), out, ensure_ascii=False, indent=2)
+    out.write("\n")
+    return 0
+
+
+def report_processed(processed: Processed, out: TextIO) -> None:
+    """One line per processed thread with the keys it stored, then the totals."""
+    for item, result in processed:
+        keys = ", ".join(fact.key for fact in result.stored) or "nothing"
+        line = f"thread {item.thread_id} ({_who(item.context)}): stored {keys}"
+        if result.profile_sections:
+            line += f"; profile: {', '.join(result.profile_sections)}"
+        if result.rejected:
+            line += f"; rejected {len(result.rejected)}"
+        out.write(line + "\n")
+    stored = sum(len(result.stored) for _, result in processed)
+    out.write(f"processed {len(processed)} pending extraction(s), stored {stored} fact(s)\n")
+
+
+def process_memory(
+    store: BaseStore,
+    extractor: MemoryExtractor,
+    settings: Settings,
+    out: TextIO,
+    *,
+    force: bool = True,
+) -> int:
+    """Run the pending extractions now (all of them when ``force``); 1 if some stay queued."""
+    processed = process_pending(
+        store,
+        extractor,
+        threshold=settings.confidence_threshold,
+        quiet_seconds=0.0 if force else settings.memory_quiet_seconds,
+    )
+    report_processed(processed, out)
+    left = MemoryQueue(store).due(quiet_seconds=0.0 if force else settings.memory_quiet_seconds)
+    if left:
+        threads = ", ".join(item.thread_id for item in left)
+        out.write(f"{len(left)} pending extraction(s) stay queued (see errors above): {threads}\n")
+        return 1
+    return 0
+
+
+def process_due_at_start(
+    store: BaseStore, extractor: MemoryExtractor, settings: Settings, out: TextIO
+) -> Processed:
+    """Before ``chat``/``run``: finish extractions a previous process left queued, if due."""
+    processed = process_pending(
+        store,
+        extractor,
+        threshold=settings.confidence_threshold,
+        quiet_seconds=settings.memory_quiet_seconds,
+    )
+    if processed:
+        stored = sum(len(result.stored) for _, result in processed)
+        out.write(
+            f"ctxgraph: processed {len(processed)} pending memory extraction(s) "
+            f"left by an earlier run, stored {stored} fact(s)\n"
+        )
+    return processed

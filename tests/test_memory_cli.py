@@ -1,0 +1,145 @@
+"""``ctxgraph memory list|forget|export`` on facts stored in the session Postgres."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+from state.context import Context
+from store.memory import MemoryRepository
+from store.persistence import Persistence
+from tests.support.cli import run_ctxgraph
+
+
+def _user() -> str:
+    return f"u-{uuid.uuid4().hex[:10]}"
+
+
+def _seed(persistence: Persistence, user: str, project: str | None = None) -> Context:
+    context = Context(user_id=user, agent_name="coder", project_id=project)
+    repository = MemoryRepository(persistence.store)
+    repository.add_fact(
+        context,
+        "Prefers Python for backend work.",
+        key="preferred_language",
+        category="preference",
+        confidence=0.92,
+        created_at=datetime(2025, 3, 4, 10, 0, tzinfo=UTC),
+    )
+    repository.add_fact(
+        context,
+        "Is not a Java developer any more.",
+        key="role",
+        category="correction",
+        confidence=0.8,
+        created_at=datetime(2025, 3, 5, 10, 0, tzinfo=UTC),
+    )
+    if project is not None:
+        repository.add_fact(
+            context,
+            "The service deploys with Helm.",
+            key="deploy_tool",
+            scope="project",
+            created_at=datetime(2025, 3, 6, 10, 0, tzinfo=UTC),
+        )
+    return context
+
+
+def test_list_shows_each_fact_on_one_line(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    user = _user()
+    _seed(persistence, user, project="svc")
+    result = run_ctxgraph(
+        python,
+        subprocess_env,
+        *("memory", "list", "--user", user, "--agent", "coder", "--project", "svc"),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    language = next(line for line in lines if "preferred_language" in line)
+    assert "Prefers Python for backend work." in language
+    assert "preference" in language
+    assert "0.92" in language
+    assert "2025-03-04" in language
+    assert "[correction]" not in language
+    role = next(line for line in lines if line.startswith("- role:"))
+    assert role.endswith("[correction]")
+    heading = lines.index("Project svc facts:")
+    deploy = next(i for i, line in enumerate(lines) if "deploy_tool" in line)
+    assert deploy > heading
+    assert "The service deploys with Helm." in lines[deploy]
+
+
+def test_list_is_per_agent_and_unknown_user_lists_nothing(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    user = _user()
+    _seed(persistence, user)
+    other_agent = run_ctxgraph(python, subprocess_env, "memory", "list", "--user", user)
+    assert other_agent.returncode == 0, other_agent.stderr
+    assert "preferred_language" not in other_agent.stdout
+    unknown = run_ctxgraph(python, subprocess_env, "memory", "list", "--user", _user())
+    assert unknown.returncode == 0, unknown.stderr
+    assert not [line for line in unknown.stdout.splitlines() if line.startswith("- ")]
+    assert "No facts remembered" in unknown.stdout
+
+
+def test_forget_deletes_a_fact(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    user = _user()
+    context = _seed(persistence, user)
+    identity = ("--user", user, "--agent", "coder")
+    result = run_ctxgraph(
+        python, subprocess_env, "memory", "forget", *identity, "preferred_language"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "forgot preferred_language"
+    keys = [fact.key for fact in MemoryRepository(persistence.store).list_facts(context)]
+    assert keys == ["role"]
+    listed = run_ctxgraph(python, subprocess_env, "memory", "list", *identity)
+    assert "preferred_language" not in listed.stdout
+    assert "role" in listed.stdout
+
+
+def test_forget_of_a_missing_key_exits_2(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    user = _user()
+    _seed(persistence, user)
+    result = run_ctxgraph(
+        python, subprocess_env, "memory", "forget", "--user", user, "--agent", "coder", "nope"
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"ctxgraph: no fact with key nope for user {user}"
+    assert result.stdout == ""
+
+
+def test_export_prints_json(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    user = _user()
+    _seed(persistence, user, project="svc")
+    result = run_ctxgraph(
+        python,
+        subprocess_env,
+        *("memory", "export", "--user", user, "--agent", "coder", "--project", "svc"),
+    )
+    assert result.returncode == 0, result.stderr
+    exported = json.loads(result.stdout)
+    assert exported["user_id"] == user
+    assert exported["agent_name"] == "coder"
+    assert exported["project_id"] == "svc"
+    facts = {fact["key"]: fact for fact in exported["facts"]}
+    assert set(facts) == {"preferred_language", "role"}
+    assert facts["preferred_language"]["confidence"] == 0.92
+    assert facts["role"]["is_correction"] is True
+    assert [fact["key"] for fact in exported["project_facts"]] == ["deploy_tool"]
+
+
+def test_bad_user_id_exits_2(python: str, subprocess_env: dict[str, str]) -> None:
+    result = run_ctxgraph(python, subprocess_env, "memory", "list", "--user", "a b")
+    assert result.returncode == 2
+    assert "Context.user_id" in result.stderr
