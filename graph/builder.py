@@ -36,34 +36,42 @@ def create_builder(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
 ) -> Builder:
-    """Return the uncompiled graph, so callers can compile it with their own persistence."""
+    """Return the uncompiled graph, so callers can compile it with their own persistence.
+
+    With ``settings.memory_extraction == "off"`` the graph has no memory nodes at all (no
+    ``flush``, no ``extract_memory``); otherwise per-run settings choose the mode.
+    """
     settings = settings or Settings()
     all_tools = _with_builtin_tools(tools)
     counter = TokenCounter()
     requests = RequestBuilder(all_tools, counter)
     model = ModelNode(models.main, all_tools, settings, requests)
     compact = CompactNode(models, requests, settings, counter)
-    memory = MemoryNodes(models, compact, settings)
-    before_model: dict[Hashable, str] = {"compact": "flush", "model": "model"}
+    with_memory = settings.memory_extraction != "off"
 
     builder: Builder = StateGraph(
         AgentState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
-    builder.add_node("flush", RunnableCallable(memory.flush, memory.aflush, name="flush"))
     builder.add_node("compact", RunnableCallable(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", RunnableCallable(model.invoke, model.ainvoke, name="model"))
     builder.add_node("tools", tools_node(all_tools))
-    builder.add_node(
-        "extract_memory",
-        RunnableCallable(memory.extract_turn, memory.aextract_turn, name="extract_memory"),
-    )
-    builder.add_conditional_edges(START, compact.route, before_model)
-    builder.add_edge("flush", "compact")
     builder.add_edge("compact", "model")
-    builder.add_conditional_edges(
-        "model", route_after_model, {"tools": "tools", "finish": "extract_memory"}
-    )
-    builder.add_edge("extract_memory", END)
+    if with_memory:
+        memory = MemoryNodes(models, compact, settings)
+        builder.add_node("flush", RunnableCallable(memory.flush, memory.aflush, name="flush"))
+        builder.add_node(
+            "extract_memory",
+            RunnableCallable(memory.extract_turn, memory.aextract_turn, name="extract_memory"),
+        )
+        builder.add_edge("flush", "compact")
+        builder.add_edge("extract_memory", END)
+    before_model: dict[Hashable, str] = {
+        "compact": "flush" if with_memory else "compact",
+        "model": "model",
+    }
+    finish = "extract_memory" if with_memory else END
+    builder.add_conditional_edges(START, compact.route, before_model)
+    builder.add_conditional_edges("model", route_after_model, {"tools": "tools", "finish": finish})
     builder.add_conditional_edges("tools", compact.route, before_model)
     return builder
 

@@ -206,3 +206,13 @@ def test_the_offline_demo_model_extracts_memory() -> None:
     )
     facts = MemoryRepository(store).list_facts(ctx)
     assert [(f.content, f.category) for f in facts] == [("I prefer tea.", "preference")]
+
+
+def test_memory_off_at_build_time_removes_the_memory_nodes() -> None:
+    memory = memory_model()
+    graph, store = make_graph(memory, memory_extraction="off")
+    assert "flush" not in graph.nodes and "extract_memory" not in graph.nodes
+    ctx = Context(user_id="gina")
+    graph.invoke({"messages": [("user", "I prefer tea.")]}, config("t10"), context=ctx)
+    assert memory.calls == 0
+    assert MemoryRepository(store).list_facts(ctx) == []

@@ -193,7 +193,7 @@ def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
             updated.extend(cast(dict[str, Any], payload))
 
     assert calls == ["A-17"]
-    assert updated == ["model", "tools", "model", "extract_memory"]
+    assert updated == ["model", "tools", "model"]
     assert [r["stream"] for r in server.requests] == [True, True]
     assert server.requests[0]["messages"] == OPENING
     assert server.requests[0]["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA]
