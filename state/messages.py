@@ -69,3 +69,22 @@ def message_origin(message: BaseMessage) -> str | None:
 def is_real_user_message(message: BaseMessage) -> bool:
     """True for what a person typed: a human message that carries no origin mark."""
     return message.type == "human" and message_origin(message) is None
+
+
+def content_text(message: BaseMessage) -> str:
+    """The text of a message: string content, or its text blocks joined by newlines.
+
+    Images, files and other non-text blocks are ignored.
+    """
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type", "text") == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+    return "\n".join(part for part in parts if part.strip())

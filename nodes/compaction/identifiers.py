@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Literal
 
-from langchain_core.messages import BaseMessage
+from state.messages import content_text
 
 _TRAILING_PUNCTUATION = ".,;:!?)]}>'\"`。，；：！？）】」』、…"
 
@@ -225,18 +225,8 @@ def claims_by_mention(sentence: str, spans: list[tuple[int, int]]) -> list[tuple
     return claims
 
 
-def message_text(message: BaseMessage) -> str:
-    """The text of a message's content (string content or text blocks)."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-    return "\n".join(parts)
+message_text = content_text
+"""The text of a message's content (string content or text blocks)."""
 
 
 def scalar_strings(value: object) -> Iterator[str]:

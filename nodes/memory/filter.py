@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from state.messages import is_real_user_message, message_origin
+from state.messages import content_text, is_real_user_message, message_origin
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -53,20 +53,8 @@ _ACK_MAX_CHARS = 200
 """Messages longer than this are never taken for a bare greeting or acknowledgement."""
 
 
-def message_plain_text(message: BaseMessage) -> str:
-    """The text parts of a message's content; images, files and other blocks are ignored."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping) and block.get("type") == "text":
-            text = block.get("text")
-            if isinstance(text, str):
-                parts.append(text)
-    return "\n".join(part for part in parts if part.strip())
+message_plain_text = content_text
+"""The text parts of a message's content; images, files and other blocks are ignored."""
 
 
 def strip_uploads(text: str) -> str:
