@@ -13,7 +13,7 @@ from langchain_core.tools import BaseTool, tool
 from graph.scripted_model import ScriptedChatModel
 from nodes.compaction.summarizer import SUMMARY_SYSTEM
 from nodes.memory.extract import EXTRACTION_SYSTEM
-from state.messages import message_origin
+from state.messages import content_text, message_origin
 from state.models import Models
 
 _ARITHMETIC = re.compile(
@@ -45,10 +45,6 @@ def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression with + - * / and return the result."""
     value = _evaluate(ast.parse(expression, mode="eval"))
     return str(int(value)) if value.is_integer() else f"{value:g}"
-
-
-def _text(message: BaseMessage) -> str:
-    return message.content if isinstance(message.content, str) else message.text
 
 
 def _block(text: str, tag: str) -> str:
@@ -92,7 +88,7 @@ def _summary_intent(messages: list[BaseMessage]) -> str:
     """The SESSION INTENT of an injected summary message, if the request carries one."""
     for message in messages:
         if message_origin(message) == "summary":
-            return _section(_text(message), "SESSION INTENT", "SUMMARY")
+            return _section(content_text(message), "SESSION INTENT", "SUMMARY")
     return ""
 
 
@@ -132,15 +128,15 @@ def demo_memory(prompt: str) -> AIMessage:
 
 def demo_reply(messages: list[BaseMessage]) -> AIMessage:
     """Answer deterministically: arithmetic goes through the calculator, recall reads history."""
-    if messages and _text(messages[0]) == SUMMARY_SYSTEM:
-        return demo_summary(_text(messages[-1]))
-    if messages and _text(messages[0]) == EXTRACTION_SYSTEM:
-        return demo_memory(_text(messages[-1]))
+    if messages and content_text(messages[0]) == SUMMARY_SYSTEM:
+        return demo_summary(content_text(messages[-1]))
+    if messages and content_text(messages[0]) == EXTRACTION_SYSTEM:
+        return demo_memory(content_text(messages[-1]))
     last = messages[-1]
     if isinstance(last, ToolMessage):
-        return AIMessage(content=f"The calculator says {_text(last)}.")
+        return AIMessage(content=f"The calculator says {content_text(last)}.")
     users = [m for m in messages if isinstance(m, HumanMessage) and not message_origin(m)]
-    said = _text(users[-1]) if users else ""
+    said = content_text(users[-1]) if users else ""
     expression = _ARITHMETIC.search(said)
     if expression:
         # Unique per user message (its id is a fresh UUID), stable when replayed.
@@ -152,7 +148,7 @@ def demo_reply(messages: list[BaseMessage]) -> AIMessage:
             ],
         )
     if _RECALL.search(said):
-        earlier = [_text(m) for m in users[:-1]]
+        earlier = [content_text(m) for m in users[:-1]]
         intent = _summary_intent(messages)
         parts = [f"From the summary of older turns: {intent}."] if intent else []
         if earlier or not intent:

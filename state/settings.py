@@ -238,11 +238,6 @@ class Settings:
                 raise SettingsError(f"{variable} must be {wanted}, got {raw!r}") from None
         return cls(**values)
 
-    @staticmethod
-    def describe() -> dict[str, str]:
-        """Return each setting's description, keyed by name (used by docs and the CLI)."""
-        return {f.name: str(f.metadata.get("description", "")) for f in fields(Settings)}
-
 
 ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float] | type[str]]] = {
     "CTXGRAPH_CONTEXT_WINDOW": ("context_window", int),

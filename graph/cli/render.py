@@ -7,17 +7,14 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from state.messages import content_text
+
 PREVIEW_CHARS = 300
 
 
 def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def message_text(message: BaseMessage) -> str:
-    """The readable text of a message, whatever its content blocks."""
-    return message.content if isinstance(message.content, str) else message.text
 
 
 def tool_call_line(name: str, args: object, call_id: str | None) -> str:
@@ -30,7 +27,7 @@ def tool_result_line(message: ToolMessage) -> str:
     """One line showing a tool's result (or its error)."""
     status = " ERROR" if message.status == "error" else ""
     name = message.name or "tool"
-    return f"  ←{status} {name} [{message.tool_call_id}]: {_clip(message_text(message), 200)}"
+    return f"  ←{status} {name} [{message.tool_call_id}]: {_clip(content_text(message), 200)}"
 
 
 def transcript_lines(messages: Sequence[BaseMessage], *, start: int = 1) -> list[str]:
@@ -38,9 +35,9 @@ def transcript_lines(messages: Sequence[BaseMessage], *, start: int = 1) -> list
     lines: list[str] = []
     for number, message in enumerate(messages, start=start):
         if isinstance(message, HumanMessage):
-            lines.append(f"[{number}] user: {message_text(message)}")
+            lines.append(f"[{number}] user: {content_text(message)}")
         elif isinstance(message, AIMessage):
-            text = message_text(message)
+            text = content_text(message)
             if text or not message.tool_calls:
                 lines.append(f"[{number}] assistant: {text}")
             else:
@@ -52,7 +49,7 @@ def transcript_lines(messages: Sequence[BaseMessage], *, start: int = 1) -> list
         elif isinstance(message, ToolMessage):
             lines.append(f"[{number}] tool{tool_result_line(message)[3:]}")
         elif isinstance(message, SystemMessage):
-            lines.append(f"[{number}] system: {message_text(message)}")
+            lines.append(f"[{number}] system: {content_text(message)}")
         else:
-            lines.append(f"[{number}] {message.type}: {message_text(message)}")
+            lines.append(f"[{number}] {message.type}: {content_text(message)}")
     return lines

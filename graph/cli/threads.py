@@ -42,11 +42,6 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
     )
 
 
-def thread_messages(persistence: Persistence, thread_id: str) -> list[BaseMessage]:
-    """The committed working window of ``thread_id``."""
-    return load_thread(persistence, thread_id).window
-
-
 def show_thread(
     persistence: Persistence, thread_id: str, out: TextIO, *, with_summary: bool = False
 ) -> None:

@@ -7,8 +7,6 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Literal
 
-from state.messages import content_text
-
 _TRAILING_PUNCTUATION = ".,;:!?)]}>'\"`。，；：！？）】」』、…"
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
@@ -223,10 +221,6 @@ def claims_by_mention(sentence: str, spans: list[tuple[int, int]]) -> list[tuple
             own = claims[index + 1]
         claims[index] = own
     return claims
-
-
-message_text = content_text
-"""The text of a message's content (string content or text blocks)."""
 
 
 def scalar_strings(value: object) -> Iterator[str]:

@@ -17,12 +17,11 @@ from nodes.compaction.identifiers import (
     extract_identifiers,
     has_outcome_words,
     is_constraint,
-    message_text,
     scalar_strings,
     split_sentences,
     token_pattern,
 )
-from state.messages import is_real_user_message
+from state.messages import content_text, is_real_user_message
 from state.tokens import count_text
 
 ToolCallStatus = Literal["planned", "succeeded", "failed", "cancelled", "unknown"]
@@ -112,7 +111,7 @@ def _outcome(result: ToolMessage | None, pending: bool) -> tuple[ToolCallStatus,
         return ("planned" if pending else "unknown"), None
     if result.status != "error":
         return "succeeded", None
-    text = message_text(result)
+    text = content_text(result)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     error = _cut(lines[0], MAX_ERROR_CHARS) if lines else None
     return error_outcome(text), error
@@ -171,7 +170,7 @@ def derive_ledger(
     constraints: list[str] = []
     identifiers: list[str] = []
     for message in messages:
-        texts = [] if _read_only_result(message, calls) else [message_text(message)]
+        texts = [] if _read_only_result(message, calls) else [content_text(message)]
         if isinstance(message, AIMessage):
             pending = message is messages[-1]
             for call in message.tool_calls:

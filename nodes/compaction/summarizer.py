@@ -16,7 +16,7 @@ from langgraph.constants import TAG_NOSTREAM
 
 from nodes.compaction.partition import exchange_units
 from nodes.compaction.render import SECTIONS, render_sections
-from state.messages import message_origin
+from state.messages import content_text, message_origin
 from state.settings import Settings
 from state.tokens import TokenCounter, count_text
 
@@ -102,7 +102,7 @@ def transcript(messages: Sequence[BaseMessage], *, max_chars: int) -> str:
     """Render folded messages as a plain transcript, cutting any single huge message."""
     lines: list[str] = []
     for message in messages:
-        text = message.content if isinstance(message.content, str) else message.text
+        text = content_text(message)
         if len(text) > max_chars:
             text = text[:max_chars] + _TRUNCATION.format(omitted=len(text) - max_chars)
         if isinstance(message, ToolMessage):
@@ -161,7 +161,7 @@ def take_chunk(
 
 def answer_text(reply: BaseMessage) -> str:
     """The text of a model reply; empty when it has none."""
-    return reply.content if isinstance(reply.content, str) else reply.text
+    return content_text(reply)
 
 
 def summary_config() -> RunnableConfig:

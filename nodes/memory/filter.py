@@ -53,10 +53,6 @@ _ACK_MAX_CHARS = 200
 """Messages longer than this are never taken for a bare greeting or acknowledgement."""
 
 
-message_plain_text = content_text
-"""The text parts of a message's content; images, files and other blocks are ignored."""
-
-
 def strip_uploads(text: str) -> str:
     """Remove ``<current_uploads>`` blocks (an unclosed one runs to the end) and trim."""
     text = _UPLOADS_BLOCK.sub("", text)
@@ -95,7 +91,7 @@ def filter_for_memory(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     answering_dropped = False
     for index, message in enumerate(messages):
         if is_real_user_message(message):
-            text = strip_uploads(message_plain_text(message))
+            text = strip_uploads(content_text(message))
             answering_dropped = not text or is_ack_only(text)
             if answering_dropped:
                 continue
@@ -103,7 +99,7 @@ def filter_for_memory(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
         elif _is_final_answer(message):
             if answering_dropped:
                 continue
-            text = strip_uploads(message_plain_text(message))
+            text = strip_uploads(content_text(message))
             if not text:
                 continue
             role = ASSISTANT
