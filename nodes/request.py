@@ -36,6 +36,16 @@ def summary_message(summary: dict[str, Any], version: int, ledger_tokens: int) -
     )
 
 
+def state_key(state: dict[str, Any], settings: Settings) -> Hashable:
+    """What a request depends on: the window's messages, the summary mark and the settings."""
+    window: Sequence[BaseMessage] = state.get("messages") or []
+    return (
+        tuple((m.id, len(m.content)) for m in window),
+        (state.get("compaction") or {}).get("checksum"),
+        settings,
+    )
+
+
 class RequestBuilder:
     """Builds ``[system rules] + [summary data] + working messages`` and counts it."""
 
@@ -94,12 +104,7 @@ class RequestBuilder:
 
     def measure_state(self, state: dict[str, Any], settings: Settings) -> RequestSize:
         """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
-        window: Sequence[BaseMessage] = state.get("messages") or []
-        key = (
-            tuple((m.id, len(m.content)) for m in window),
-            (state.get("compaction") or {}).get("checksum"),
-            settings,
-        )
+        key = state_key(state, settings)
         if self._size_cache is not None and self._size_cache[0] == key:
             return self._size_cache[1]
         size = self.measure(self.build(state, settings))

@@ -79,7 +79,7 @@ def test_process_pending_stores_facts_and_empties_the_queue() -> None:
         ("work_focus", "Mainly does Python backend work.", "t-1")
     ]
     assert MemoryQueue(store).due(quiet_seconds=0) == []
-    assert ProcessedMessages(store, "t-1").get() == {"m-user-1", "m-ai-1"}
+    assert ProcessedMessages(store, "t-1").get() == ["m-user-1", "m-ai-1"]
     assert model.calls == 1
 
 
@@ -96,7 +96,7 @@ def test_a_failing_extraction_stays_queued(caplog: pytest.LogCaptureFixture) -> 
     assert "provider is down" in caplog.text
     assert [item.thread_id for item in MemoryQueue(store).due(quiet_seconds=0)] == ["t-fail"]
     assert MemoryRepository(store).list_facts(context) == []
-    assert ProcessedMessages(store, "t-fail").get() == set()
+    assert ProcessedMessages(store, "t-fail").get() == []
 
     # The next run retries it and nothing was lost.
     done = process_pending(store, extractor, threshold=0.7, quiet_seconds=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,7 +24,7 @@ from nodes.compaction.partition import partition_history
 from nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
 from nodes.compaction.triggers import fired_triggers
 from nodes.compaction.verify import size_problems, summary_problems
-from nodes.request import RequestBuilder, RequestSize
+from nodes.request import RequestBuilder, RequestSize, state_key
 from nodes.settings import effective_settings
 from state.context import Context, require_context
 from state.messages import is_real_user_message
@@ -81,6 +82,10 @@ class CompactNode:
         self._settings = settings
         self._counter = counter
         self._writer = SummaryWriter([models.summary_model, models.main], counter)
+        # The last split: the flush node and the compact node of one step split one state.
+        self._split_cache: tuple[Hashable, tuple[list[BaseMessage], list[BaseMessage]]] | None = (
+            None
+        )
 
     def _measure(self, state: dict[str, Any], settings: Settings) -> RequestSize:
         return self._builder.measure_state(state, settings)
@@ -122,6 +127,16 @@ class CompactNode:
         Deterministic for a given state, so the flush node hands memory extraction exactly
         the messages that compaction is about to fold.
         """
+        key = state_key(state, settings)
+        if self._split_cache is not None and self._split_cache[0] == key:
+            return self._split_cache[1]
+        split = self._choose_split(state, settings)
+        self._split_cache = (key, split)
+        return split
+
+    def _choose_split(
+        self, state: dict[str, Any], settings: Settings
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
         window = input_window(self._main, settings.context_window)
         messages = state.get("messages") or []
         expected_summary = self._expected_summary(state, settings)

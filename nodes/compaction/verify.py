@@ -27,7 +27,8 @@ def summary_problems(summary: dict[str, Any], settings: Settings) -> list[str]:
             problems.append(f"section {title} is missing or empty")
     if problems:
         return problems
-    size = count_text(render_sections(summary))
+    text = render_sections(summary)
+    size = count_text(text)
     if size > settings.summary_max_tokens:
         problems.append(f"summary is {size} tokens, over {settings.summary_max_tokens}")
     ledger = summary.get("ledger")
@@ -35,7 +36,7 @@ def summary_problems(summary: dict[str, Any], settings: Settings) -> list[str]:
         problems.append("the ledger is missing")
     else:
         # The ledger was built by derive/merge/bound_ledger, so its shape is known.
-        problems.extend(find_contradictions(render_sections(summary), cast(Ledger, ledger)))
+        problems.extend(find_contradictions(text, cast(Ledger, ledger)))
     return problems
 
 

@@ -112,7 +112,8 @@ class MemoryNodes:
         return {}
 
     def _run(self, job: MemoryJob) -> None:
-        rows = job.new_rows(job.processed.get())
+        done = job.processed.get()
+        rows = job.new_rows(set(done))
         if not rows:
             return
         ids = [row["id"] for row in rows]
@@ -131,10 +132,11 @@ class MemoryNodes:
                 except Exception as error:  # the model's failure must not fail the turn
                     logger.warning("memory extraction failed, will retry next turn: %s", error)
                     return
-        job.processed.add(ids)
+        job.processed.add(ids, known=done)
 
     async def _arun(self, job: MemoryJob) -> None:
-        rows = job.new_rows(await job.processed.aget())
+        done = await job.processed.aget()
+        rows = job.new_rows(set(done))
         if not rows:
             return
         ids = [row["id"] for row in rows]
@@ -153,4 +155,4 @@ class MemoryNodes:
                 except Exception as error:  # the model's failure must not fail the turn
                     logger.warning("memory extraction failed, will retry next turn: %s", error)
                     return
-        await job.processed.aadd(ids)
+        await job.processed.aadd(ids, known=done)
