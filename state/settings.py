@@ -120,6 +120,40 @@ class Settings:
             "(newest rows win, work is merged)."
         },
     )
+    memory_mode: Literal["auto", "tool", "off"] = field(
+        default="auto",
+        metadata={
+            "description": "How long-term memory comes back each turn: the profile and the "
+            "most relevant facts within memory_budget (auto), the profile plus a "
+            "memory_search tool (tool), or nothing (off); env CTXGRAPH_MEMORY_MODE."
+        },
+    )
+    memory_budget: int = field(
+        default=2_000,
+        metadata={"description": "Tokens the injected memory view may use, headings included."},
+    )
+    correction_budget: int = field(
+        default=500,
+        metadata={
+            "description": "Tokens of the memory view reserved for corrections, which are "
+            "chosen before ordinary facts."
+        },
+    )
+    memory_age_from: Literal["created", "confirmed"] = field(
+        default="created",
+        metadata={
+            "description": "Age a fact for the search time decay from when it was first "
+            "stored (created) or last confirmed by the user (confirmed), so a re-confirmed "
+            "preference does not fade."
+        },
+    )
+    memory_search_max_tokens: int = field(
+        default=900,
+        metadata={
+            "description": "Largest memory_search result in tokens; the lowest-ranked "
+            "results are dropped first."
+        },
+    )
     read_only_tools: tuple[str, ...] = field(
         default=(),
         metadata={
@@ -201,6 +235,25 @@ class Settings:
             raise SettingsError(
                 f"Settings.memory_quiet_seconds must be a number of seconds >= 0, got {quiet!r}"
             )
+        if self.memory_mode not in ("auto", "tool", "off"):
+            raise SettingsError(
+                f"Settings.memory_mode must be 'auto', 'tool' or 'off', got {self.memory_mode!r}"
+            )
+        _require_int("memory_budget", self.memory_budget, minimum=50, example=2_000)
+        _require_int("correction_budget", self.correction_budget, minimum=1, example=500)
+        if self.correction_budget > self.memory_budget:
+            raise SettingsError(
+                f"Settings.correction_budget ({self.correction_budget}) must not exceed "
+                f"memory_budget ({self.memory_budget})"
+            )
+        if self.memory_age_from not in ("created", "confirmed"):
+            raise SettingsError(
+                "Settings.memory_age_from must be 'created' or 'confirmed', "
+                f"got {self.memory_age_from!r}"
+            )
+        _require_int(
+            "memory_search_max_tokens", self.memory_search_max_tokens, minimum=50, example=900
+        )
         if not isinstance(self.read_only_tools, tuple) or not all(
             isinstance(name, str) for name in self.read_only_tools
         ):
@@ -246,5 +299,7 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float] | type[str]]]
     "CTXGRAPH_TRIGGER_FRACTION": ("trigger_fraction", float),
     "CTXGRAPH_KEEP_MESSAGES": ("keep_messages", int),
     "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
+    "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
+    "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),
 }
 """Environment variables that set a setting, with the setting and its type."""

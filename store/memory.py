@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
-from langgraph.store.base import BaseStore, Item, SearchItem
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchItem
 
 from state.context import Context, ContextError
+from state.settings import Settings
 from store.memory_rules import (
     Category,
     Decision,
@@ -26,6 +27,8 @@ from store.memory_rules import (
     static_rejection,
 )
 from store.namespaces import project_facts, user_facts, user_profile
+from store.search import AgeFrom, final_score, tokenize
+from store.search_index import NamespaceIndex, fact_index_cache
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -45,11 +48,20 @@ __all__ = [
 PAGE_SIZE = 100
 """Items fetched per Store search while listing facts."""
 
+BATCH = 500
+"""Store operations per batch in bulk imports."""
+
+CANDIDATES = 64
+"""Facts of each kind (corrections, matches, most confident) offered to the memory view."""
+
 HISTORY_LIMIT = 5
 """Previous contents kept per fact key."""
 
 SECTION_LIMIT = 600
 """Characters kept per merged profile section; the oldest sentences are dropped first."""
+
+FactScope = Literal["user", "project"]
+"""Where a fact lives: the user's facts for one agent, or a project's facts."""
 
 PROFILE_KEY = "profile"
 PROFILE_SECTIONS: tuple[str, ...] = get_args(Section)
@@ -156,10 +168,13 @@ def _merge(
 
 
 def _fact(item: Item, scope: Literal["user", "project"]) -> Fact:
-    value = item.value
+    return _fact_from_value(item.key, item.value, scope)
+
+
+def _fact_from_value(key: str, value: Mapping[str, Any], scope: Literal["user", "project"]) -> Fact:
     return Fact(
-        id=item.key,
-        key=str(value.get("key", item.key)),
+        id=key,
+        key=str(value.get("key", key)),
         content=str(value["content"]),
         category=str(value.get("category", "context")),
         confidence=float(value.get("confidence", 0.0)),
@@ -285,6 +300,47 @@ class MemoryRepository:
         )
         self.store.put(namespace, key, value, index=False)
         return self._read_back(namespace, key, value, scope)
+
+    def add_facts(
+        self,
+        context: Context,
+        contents: Sequence[str],
+        *,
+        category: Category = "context",
+        confidence: float = 0.9,
+        created_at: datetime | None = None,
+        scope: Literal["user", "project"] = "user",
+    ) -> int:
+        """Store many facts at once (an import), keys derived from content; returns the count.
+
+        Same rules as :meth:`add_fact`, in batches of ``BATCH`` Store operations.
+        """
+        prepared = [self._prepare_add(context, c, None, confidence, scope) for c in contents]
+        for start in range(0, len(prepared), BATCH):
+            chunk = prepared[start : start + BATCH]
+            stored = self.store.batch([GetOp(ns, key) for ns, key, _ in chunk])
+            self.store.batch(
+                [
+                    PutOp(
+                        ns,
+                        key,
+                        _merge(
+                            old.value if isinstance(old, Item) else None,
+                            key=key,
+                            content=text,
+                            category=category,
+                            confidence=confidence,
+                            now=_utc(created_at),
+                            source_thread=None,
+                            evidence=None,
+                            confirmed=False,
+                        ),
+                        index=False,
+                    )
+                    for (ns, key, text), old in zip(chunk, stored, strict=True)
+                ]
+            )
+        return len(prepared)
 
     async def aadd_fact(
         self,
@@ -453,6 +509,83 @@ class MemoryRepository:
         """Async :meth:`list_facts`."""
         return [*await self.alist_user_facts(context), *await self.alist_project_facts(context)]
 
+    # -- search -----------------------------------------------------------------------------
+
+    def _search_scopes(self, context: Context) -> list[tuple[tuple[str, ...], FactScope]]:
+        scopes: list[tuple[tuple[str, ...], FactScope]] = [
+            (self._namespace(context, "user"), "user")
+        ]
+        if context.project_id is not None:
+            scopes.append((self._namespace(context, "project"), "project"))
+        return scopes
+
+    def search(
+        self,
+        context: Context,
+        query: str,
+        top_k: int = 5,
+        now: datetime | None = None,
+        *,
+        age_from: AgeFrom | None = None,
+    ) -> list[Fact]:
+        """Facts of this user and agent (and project) ranked for ``query``, best first.
+
+        BM25 picks about ``2 * top_k`` candidates per namespace; they are reranked by
+        ``store.search.final_score`` (relevance decayed by age, plus confidence). Each result
+        carries its ``score``. A query with no searchable words finds nothing. ``age_from``
+        overrides ``Settings.memory_age_from`` (from the context's settings, else default).
+        """
+        _check_search(query, top_k)
+        indexes = [
+            (fact_index_cache.get(self.store, namespace), scope)
+            for namespace, scope in self._search_scopes(context)
+        ]
+        return _ranked(indexes, query, top_k, now, _age_from(context, age_from))
+
+    async def asearch(
+        self,
+        context: Context,
+        query: str,
+        top_k: int = 5,
+        now: datetime | None = None,
+        *,
+        age_from: AgeFrom | None = None,
+    ) -> list[Fact]:
+        """Async :meth:`search`."""
+        _check_search(query, top_k)
+        indexes = [
+            (await fact_index_cache.aget(self.store, namespace), scope)
+            for namespace, scope in self._search_scopes(context)
+        ]
+        return _ranked(indexes, query, top_k, now, _age_from(context, age_from))
+
+    def memory_candidates(
+        self, context: Context, query: str | None, *, limit: int = CANDIDATES
+    ) -> list[Fact]:
+        """Facts worth offering to the memory view: corrections, matches and confident ones.
+
+        Up to ``limit`` of each: the most confident corrections, the best search matches for
+        ``query`` and the most confident facts, without duplicates. Read through the same
+        fresh index as :meth:`search`, so a fact stored by any process is seen at once.
+        """
+        indexes = [
+            (fact_index_cache.get(self.store, namespace), scope)
+            for namespace, scope in self._search_scopes(context)
+        ]
+        matches = self.search(context, query, top_k=limit) if query and query.strip() else []
+        return _candidates(indexes, matches, limit)
+
+    async def amemory_candidates(
+        self, context: Context, query: str | None, *, limit: int = CANDIDATES
+    ) -> list[Fact]:
+        """Async :meth:`memory_candidates`."""
+        indexes = [
+            (await fact_index_cache.aget(self.store, namespace), scope)
+            for namespace, scope in self._search_scopes(context)
+        ]
+        matches = await self.asearch(context, query, top_k=limit) if query and query.strip() else []
+        return _candidates(indexes, matches, limit)
+
     def forget(self, context: Context, key: str) -> bool:
         """Delete ``key`` from the user's facts, else from the project's; True if deleted."""
         for scope in ("user", "project"):
@@ -541,3 +674,50 @@ class MemoryRepository:
             await self.alist_user_facts(context),
             await self.alist_project_facts(context),
         )
+
+
+def _candidates(
+    indexes: list[tuple[NamespaceIndex, FactScope]], matches: list[Fact], limit: int
+) -> list[Fact]:
+    chosen: dict[tuple[str, str], Fact] = {(f.scope, f.id): f for f in matches}
+    for snapshot, scope in indexes:
+        for keys in (snapshot.corrections[:limit], snapshot.by_confidence[:limit]):
+            for key in keys:
+                if (scope, key) not in chosen:
+                    chosen[(scope, key)] = _fact_from_value(key, snapshot.docs[key].value, scope)
+    return list(chosen.values())
+
+
+def _age_from(context: Context, explicit: AgeFrom | None) -> AgeFrom:
+    if explicit is not None:
+        return explicit
+    return (context.settings or Settings()).memory_age_from
+
+
+def _check_search(query: object, top_k: object) -> None:
+    if not isinstance(query, str):
+        raise ValueError(f"a memory search query must be a string, got {query!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
+
+
+def _ranked(
+    indexes: list[tuple[NamespaceIndex, FactScope]],
+    query: str,
+    top_k: int,
+    now: datetime | None,
+    age_from: AgeFrom,
+) -> list[Fact]:
+    """BM25 candidates (about 2 * top_k per namespace) reranked by the final score."""
+    terms = tokenize(query)
+    if not terms:
+        return []
+    scored: list[Fact] = []
+    for snapshot, scope in indexes:
+        for key, raw in snapshot.index.search(terms, 2 * top_k):
+            fact = _fact_from_value(key, snapshot.docs[key].value, scope)
+            moment = fact.confirmed_at if age_from == "confirmed" else fact.created_at
+            score = final_score(raw, fact.confidence, moment, now)
+            scored.append(replace(fact, score=score))
+    scored.sort(key=lambda fact: (-fact.score, -fact.created_at.timestamp(), fact.id))
+    return scored[:top_k]
