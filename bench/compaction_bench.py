@@ -298,6 +298,7 @@ def build_ctxgraph(
         keep_messages=config.keep_messages,
         # This benchmark compares compaction; long-term memory has a benchmark of its own.
         memory_extraction="off",
+        memory_mode="off",
         **dict(config.ctxgraph_overrides),
     )
     graph = build_graph(

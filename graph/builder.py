@@ -15,7 +15,9 @@ from langgraph.store.base import BaseStore
 from graph.input_check import attach_input_check
 from nodes.compaction.node import CompactNode
 from nodes.history_tool import read_history_tool
+from nodes.memory.load import MemoryLoader
 from nodes.memory.node import MemoryNodes
+from nodes.memory.search_tool import memory_search_tool
 from nodes.model import ModelNode
 from nodes.request import RequestBuilder
 from nodes.routing import route_after_model
@@ -38,11 +40,13 @@ def create_builder(
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence.
 
-    With ``settings.memory_extraction == "off"`` the graph has no memory nodes at all (no
-    ``flush``, no ``extract_memory``); otherwise per-run settings choose the mode.
+    With ``settings.memory_extraction == "off"`` the graph has no extraction nodes (no
+    ``flush``, no ``extract_memory``), and with ``settings.memory_mode == "off"`` no
+    ``load_memory`` node and no ``memory_search`` tool; otherwise per-run settings choose.
     """
     settings = settings or Settings()
-    all_tools = _with_builtin_tools(tools)
+    with_loading = settings.memory_mode != "off"
+    all_tools = _with_builtin_tools(tools, settings, memory_search=with_loading)
     counter = TokenCounter()
     requests = RequestBuilder(all_tools, counter)
     model = ModelNode(models.main, all_tools, settings, requests)
@@ -70,15 +74,27 @@ def create_builder(
         "model": "model",
     }
     finish = "extract_memory" if with_memory else END
-    builder.add_conditional_edges(START, compact.route, before_model)
+    if with_loading:
+        loader = MemoryLoader(settings)
+        builder.add_node(
+            "load_memory", RunnableCallable(loader.load, loader.aload, name="load_memory")
+        )
+        builder.add_edge(START, "load_memory")
+        builder.add_conditional_edges("load_memory", compact.route, before_model)
+    else:
+        builder.add_conditional_edges(START, compact.route, before_model)
     builder.add_conditional_edges("model", route_after_model, {"tools": "tools", "finish": finish})
     builder.add_conditional_edges("tools", compact.route, before_model)
     return builder
 
 
-def _with_builtin_tools(tools: Sequence[BaseTool]) -> list[BaseTool]:
-    """The caller's tools plus ``read_history``; tool names must be unique."""
+def _with_builtin_tools(
+    tools: Sequence[BaseTool], settings: Settings, *, memory_search: bool
+) -> list[BaseTool]:
+    """The caller's tools plus ``read_history`` (and ``memory_search``); names must be unique."""
     all_tools = [*tools, read_history_tool()]
+    if memory_search:
+        all_tools.append(memory_search_tool(settings))
     names = [t.name for t in all_tools]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from state.settings import Settings
 from state.tokens import TokenCounter
 
 SUMMARY_MESSAGE_ID = "ctxgraph-summary"
+MEMORY_MESSAGE_ID = "ctxgraph-memory"
 SYSTEM_PROMPT_ID = "ctxgraph-system-prompt"
 
 
@@ -36,24 +38,40 @@ def summary_message(summary: dict[str, Any], version: int, ledger_tokens: int) -
     )
 
 
+def memory_message(view: str) -> HumanMessage:
+    """The memory view as a data message: marked by origin, hidden from UIs, never stored.
+
+    The id carries a digest of the text, so token counts cached per id stay right.
+    """
+    digest = hashlib.sha256(view.encode()).hexdigest()[:16]
+    return HumanMessage(
+        content=view,
+        id=f"{MEMORY_MESSAGE_ID}-{digest}",
+        additional_kwargs={ORIGIN_KEY: "memory", HIDE_FROM_UI_KEY: True},
+    )
+
+
 def state_key(state: dict[str, Any], settings: Settings) -> Hashable:
-    """What a request depends on: the window's messages, the summary mark and the settings."""
+    """What a request depends on: the window, the summary mark, the memory view, settings."""
     window: Sequence[BaseMessage] = state.get("messages") or []
     return (
         tuple((m.id, len(m.content)) for m in window),
         (state.get("compaction") or {}).get("checksum"),
+        state.get("memory_view") or "",
         settings,
     )
 
 
 class RequestBuilder:
-    """Builds ``[system rules] + [summary data] + working messages`` and counts it."""
+    """Builds ``[system rules] + [memory view] + [summary data] + working messages``."""
 
     def __init__(self, tools: Sequence[BaseTool], counter: TokenCounter) -> None:
         self._counter = counter
         self._tool_tokens = counter.count_tools(list(tools))
         # The rendered summary of the latest mark, reused by every request until it changes.
         self._summary_cache: tuple[tuple[str, int], HumanMessage] | None = None
+        # The memory message of the latest view; a turn's requests all carry the same one.
+        self._memory_cache: tuple[str, HumanMessage] | None = None
         # The size of the last measured state: the router, compact and model nodes of one
         # step measure the same request.
         self._size_cache: tuple[Hashable, RequestSize] | None = None
@@ -74,6 +92,9 @@ class RequestBuilder:
             SystemMessage(content=settings.system_prompt, id=SYSTEM_PROMPT_ID)
         ]
         request.extend(window[:leading])
+        view = state.get("memory_view")
+        if view:
+            request.append(self._memory_message(view))
         summary = state.get("summary")
         mark = state.get("compaction") or {}
         if summary:
@@ -81,6 +102,11 @@ class RequestBuilder:
         safe, _ = repair_tool_pairs(window[leading:])
         request.extend(safe)
         return request
+
+    def _memory_message(self, view: str) -> HumanMessage:
+        if self._memory_cache is None or self._memory_cache[0] != view:
+            self._memory_cache = (view, memory_message(view))
+        return self._memory_cache[1]
 
     def _summary_message(
         self, summary: dict[str, Any], mark: dict[str, Any], settings: Settings

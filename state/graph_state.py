@@ -30,3 +30,5 @@ class AgentState(TypedDict):
     """The current verified summary: four sections plus the code-derived ledger."""
     compaction: NotRequired[dict[str, Any] | None]
     """The compaction mark: version, cursor, checksum and chain hash of the archive."""
+    memory_view: NotRequired[str]
+    """This turn's rendered long-term memory; added to each request, never to ``messages``."""

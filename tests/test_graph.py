@@ -43,7 +43,14 @@ def test_topology_matches_snapshot() -> None:
 
 def test_builder_is_uncompiled_and_compiles_with_callers_persistence() -> None:
     builder = create_builder(models=demo_models(), tools=demo_tools())
-    assert set(builder.nodes) == {"flush", "compact", "model", "tools", "extract_memory"}
+    assert set(builder.nodes) == {
+        "load_memory",
+        "flush",
+        "compact",
+        "model",
+        "tools",
+        "extract_memory",
+    }
     saver = InMemorySaver()
     compiled = builder.compile(checkpointer=saver)
     compiled.invoke({"messages": [("user", "hi")]}, config(), context=Context(user_id="u"))
@@ -85,7 +92,7 @@ def test_tool_call_round_trip_and_bound_schemas() -> None:
     assert tool_message.content == "order A-7: shipped"
     assert result["messages"][-1].content == "done"
     bound = [t["function"]["name"] for t in model.tool_requests[0]]
-    assert bound == ["lookup_order", "read_history"]
+    assert bound == ["lookup_order", "read_history", "memory_search"]
     assert model.requests[1][-1] == tool_message
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from graph import build_graph
 from nodes.history_tool import read_history_tool
+from nodes.memory.search_tool import memory_search_tool
 from state import Context, InputState, ModelConfigError, Models, Settings
 from store.persistence import Persistence
 from tests.support.openai_server import EXHAUSTED, OpenAIServer, Reply, ToolCall
@@ -60,6 +61,7 @@ TOOL_RESULT = {"role": "tool", "content": ORDER_RESULT, "tool_call_id": CALL_ID}
 OPENING = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
 # The built-in tool every ctxgraph graph binds, as the provider receives it.
 READ_HISTORY_SCHEMA = convert_to_openai_tool(read_history_tool())
+MEMORY_SEARCH_SCHEMA = convert_to_openai_tool(memory_search_tool(Settings()))
 
 
 @pytest.fixture
@@ -113,7 +115,7 @@ def test_plain_answer_and_exact_request(server: OpenAIServer) -> None:
                 {"role": "system", "content": SYSTEM},
                 {"role": "user", "content": "What is the capital of France?"},
             ],
-            "tools": [READ_HISTORY_SCHEMA],
+            "tools": [READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA],
         }
     ]
     assert server.pending == 0
@@ -165,9 +167,9 @@ def test_tool_call_through_tools_node_on_postgres(
 
     first, second = server.requests
     assert first["messages"] == OPENING
-    assert first["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA]
+    assert first["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA]
     assert second["messages"] == [*OPENING, ASSISTANT_CALL, TOOL_RESULT]
-    assert second["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA]
+    assert second["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA]
 
 
 def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
@@ -193,10 +195,10 @@ def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
             updated.extend(cast(dict[str, Any], payload))
 
     assert calls == ["A-17"]
-    assert updated == ["model", "tools", "model"]
+    assert updated == ["load_memory", "model", "tools", "model"]
     assert [r["stream"] for r in server.requests] == [True, True]
     assert server.requests[0]["messages"] == OPENING
-    assert server.requests[0]["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA]
+    assert server.requests[0]["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA]
     assert server.requests[1]["messages"] == [*OPENING, ASSISTANT_CALL, TOOL_RESULT]
     call_pieces = [c for c in chunks if c.tool_call_chunks]
     assert len(call_pieces) >= 2

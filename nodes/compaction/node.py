@@ -54,6 +54,7 @@ class Plan:
     before: RequestSize
     window: int | None
     ledger: Ledger
+    memory_view: str
 
     def summary(self, sections: dict[str, str]) -> dict[str, Any]:
         """The summary record for candidate sections: schema version, sections, ledger."""
@@ -117,6 +118,7 @@ class CompactNode:
             before=self._measure(state, settings),
             window=window,
             ledger=ledger,
+            memory_view=state.get("memory_view") or "",
         )
 
     def split(
@@ -145,7 +147,7 @@ class CompactNode:
             old, kept = partition_history(messages, keep)
             # Large kept messages (big tool results) can leave no room for the summary:
             # then keep fewer, down to the last exchange and the pinned messages.
-            if keep == 1 or self._room_after(kept, expected_summary, settings, window):
+            if keep == 1 or self._room_after(state, kept, expected_summary, settings, window):
                 return old, kept
             keep = max(1, keep // 2)
 
@@ -175,10 +177,16 @@ class CompactNode:
         )
 
     def _room_after(
-        self, kept: list[BaseMessage], expected_summary: int, settings: Settings, window: int | None
+        self,
+        state: dict[str, Any],
+        kept: list[BaseMessage],
+        expected_summary: int,
+        settings: Settings,
+        window: int | None,
     ) -> bool:
         """Whether ``kept`` plus a summary of the expected size leaves room under the triggers."""
-        size = self._builder.measure(self._builder.build({"messages": kept}, settings))
+        after = {"messages": kept, "memory_view": state.get("memory_view") or ""}
+        size = self._builder.measure(self._builder.build(after, settings))
         expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
         return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
 
@@ -238,7 +246,13 @@ class CompactNode:
             "chain_hash": record["chain_hash"],
         }
         after = self._measure(
-            {"messages": plan.kept, "summary": summary, "compaction": mark}, plan.settings
+            {
+                "messages": plan.kept,
+                "summary": summary,
+                "compaction": mark,
+                "memory_view": plan.memory_view,
+            },
+            plan.settings,
         )
         problems = size_problems(plan.before, after, plan.settings, plan.window)
         if problems:

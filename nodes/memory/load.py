@@ -1,0 +1,86 @@
+"""The ``load_memory`` node: once per turn, render the memory view the requests carry."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
+
+from nodes.memory.render import render_memory
+from nodes.settings import effective_settings
+from state.context import Context, require_context
+from state.messages import content_text, is_real_user_message
+from state.settings import Settings
+from store.memory import Fact, MemoryRepository
+
+logger = logging.getLogger("ctxgraph.memory")
+
+MEMORY_VIEW_KEY = "memory_view"
+"""State key of the rendered view; it never enters ``messages``."""
+
+
+def latest_user_text(messages: Sequence[BaseMessage]) -> str:
+    """Text of the latest real user message (injected data messages are skipped)."""
+    for message in reversed(messages):
+        if is_real_user_message(message):
+            return content_text(message)
+    return ""
+
+
+class MemoryLoader:
+    """Reads the profile and facts of the run's user, agent and project, and renders them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    def _setup(self, runtime: Runtime[Context]) -> tuple[Context, Settings, BaseStore | None]:
+        context = require_context(runtime.context)
+        settings = effective_settings(context, self._settings)
+        if settings.memory_mode != "off" and runtime.store is None:
+            # Like extraction, loading needs a Store; a graph compiled without one still runs.
+            logger.debug("memory loading skipped: the graph has no store")
+        return context, settings, runtime.store
+
+    @staticmethod
+    def _render(
+        profile: dict[str, str], facts: list[Fact], settings: Settings, query: str
+    ) -> dict[str, Any]:
+        view = render_memory(
+            profile,
+            facts,
+            mode=settings.memory_mode,
+            budget=settings.memory_budget,
+            correction_budget=settings.correction_budget,
+            query=query or None,
+        )
+        return {MEMORY_VIEW_KEY: view}
+
+    def load(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
+        """Render this turn's memory view into state."""
+        context, settings, store = self._setup(runtime)
+        if store is None or settings.memory_mode == "off":
+            return {MEMORY_VIEW_KEY: ""}
+        repository = MemoryRepository(store)
+        query = latest_user_text(state.get("messages") or [])
+        facts = (
+            repository.memory_candidates(context, query) if settings.memory_mode == "auto" else []
+        )
+        return self._render(repository.get_profile(context), facts, settings, query)
+
+    async def aload(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
+        """Async :meth:`load`."""
+        context, settings, store = self._setup(runtime)
+        if store is None or settings.memory_mode == "off":
+            return {MEMORY_VIEW_KEY: ""}
+        repository = MemoryRepository(store)
+        query = latest_user_text(state.get("messages") or [])
+        facts = (
+            await repository.amemory_candidates(context, query)
+            if settings.memory_mode == "auto"
+            else []
+        )
+        return self._render(await repository.aget_profile(context), facts, settings, query)
