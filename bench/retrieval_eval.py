@@ -1,0 +1,181 @@
+"""Retrieval evaluation on MADial-Bench (zh) through ``MemoryRepository.add_fact``/``search``.
+
+Each user's memories (their ``event`` text) are stored as that user's facts; the dialogue
+lines before the first test turn are the query; the gold answers are ``relevant-id``.
+recall@k = |top-k ∩ gold| / |gold|, MRR@10 = 1 / rank of the first gold memory in the top
+ten (0 if none), both averaged over dialogues. The published dense-retriever top-20 lists
+in ``published_top20/`` are scored with the same functions, side by side.
+
+Facts are stored with the run's time as their creation time (when the agent learned them);
+the event dates are part of what happened, not of when it was remembered. The row
+``decay from event dates`` stores each memory with its event date as ``created_at`` to show
+what the time decay does to this data.
+
+Run ``python -m bench.retrieval_eval [--data ../shared/data/madial_zh]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from langgraph.store.memory import InMemoryStore
+
+from state.context import Context
+from store.memory import MemoryRepository
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "madial_zh"
+TARGET_RECALL_AT_5 = 0.75
+TARGET_MRR_AT_10 = 0.85
+PUBLISHED = {
+    "OpenAI embeddings": "openai_zh_top_20_ids.json",
+    "Stella": "Stella_zh_top_20_ids.json",
+    "Dmeta": "Dmeta_zh_top_20_ids.json",
+    "Acge": "Acge_zh_top_20_ids.json",
+    "BGE-M3 dense": "BGE_M3_dense_zh_top_20_ids.json",
+    "BGE-M3 ColBERT": "BGE_M3_colbert_zh_top_20_ids.json",
+}
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    """One test dialogue: whose it is, the query text and the gold memory ids."""
+
+    id: int
+    user: int
+    query: str
+    gold: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Averaged metrics of one retriever."""
+
+    recall_at_5: float
+    recall_at_10: float
+    mrr_at_10: float
+
+
+def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def load_memories(data: Path) -> dict[int, dict[str, Any]]:
+    """Memory id -> record (``event``, ``time``, ``user-id``...)."""
+    memories: dict[int, dict[str, Any]] = {}
+    for row in _json_lines(data / "MADial-Bench-zh-memory.json"):
+        for key, record in row.items():
+            memories[int(key)] = record
+    return memories
+
+
+def load_dialogues(data: Path) -> list[Dialogue]:
+    """The dialogues, each with the lines before its first test turn as the query."""
+    dialogues = []
+    for row in _json_lines(data / "MADial-Bench-zh-dialogue.json"):
+        turn = min(row["test-turn"])
+        query = "".join(row["dialogue"][:turn])
+        gold = frozenset(int(i) for i in row["relevant-id"])
+        dialogues.append(Dialogue(int(row["id"]), int(row["user-id"]), query, gold))
+    return dialogues
+
+
+def score(rankings: dict[int, Sequence[int]], dialogues: Sequence[Dialogue]) -> Scores:
+    """recall@5, recall@10 and MRR@10 of ``rankings`` (dialogue id -> ranked memory ids)."""
+    r5 = r10 = mrr = 0.0
+    for dialogue in dialogues:
+        ranked = list(rankings.get(dialogue.id, ()))
+        r5 += len(set(ranked[:5]) & dialogue.gold) / len(dialogue.gold)
+        r10 += len(set(ranked[:10]) & dialogue.gold) / len(dialogue.gold)
+        mrr += next((1 / (i + 1) for i, m in enumerate(ranked[:10]) if m in dialogue.gold), 0.0)
+    n = len(dialogues)
+    return Scores(r5 / n, r10 / n, mrr / n)
+
+
+def published_rankings(data: Path, filename: str) -> dict[int, list[int]]:
+    """Dialogue id -> the published top-20 memory ids."""
+    return {
+        int(row["id"]): [int(i) for i in row["top_20_ids"]]
+        for row in _json_lines(data / "published_top20" / filename)
+    }
+
+
+def ctxgraph_rankings(
+    memories: dict[int, dict[str, Any]], dialogues: Sequence[Dialogue], *, event_dates: bool
+) -> tuple[dict[int, list[int]], float]:
+    """Store every memory with ``add_fact`` and rank them with ``search``; also the median ms."""
+    repository = MemoryRepository(InMemoryStore())
+    now = datetime.now(UTC)
+    for memory_id, record in memories.items():
+        created = datetime.fromisoformat(record["time"]).replace(tzinfo=UTC) if event_dates else now
+        repository.add_fact(
+            _context(int(record["user-id"])),
+            record["event"],
+            key=f"memory_{memory_id}",
+            created_at=created,
+        )
+    latest = max(datetime.fromisoformat(r["time"]) for r in memories.values())
+    search_now = latest.replace(tzinfo=UTC) + timedelta(days=1) if event_dates else None
+    rankings: dict[int, list[int]] = {}
+    timings: list[float] = []
+    for dialogue in dialogues:
+        started = time.perf_counter()
+        found = repository.search(_context(dialogue.user), dialogue.query, top_k=10, now=search_now)
+        timings.append((time.perf_counter() - started) * 1000)
+        rankings[dialogue.id] = [int(fact.id.removeprefix("memory_")) for fact in found]
+    timings.sort()
+    return rankings, timings[len(timings) // 2]
+
+
+def _context(user: int) -> Context:
+    return Context(user_id=f"madial-{user}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the evaluation table; exit 1 when a target is missed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="MADial-Bench zh folder")
+    args = parser.parse_args(argv)
+    if not (args.data / "MADial-Bench-zh-memory.json").is_file():
+        parser.error(f"no MADial-Bench zh data in {args.data} (pass --data)")
+    memories = load_memories(args.data)
+    dialogues = load_dialogues(args.data)
+
+    ours, median_ms = ctxgraph_rankings(memories, dialogues, event_dates=False)
+    decayed, _ = ctxgraph_rankings(memories, dialogues, event_dates=True)
+    rows = [("ctxgraph BM25 (jieba) + rerank", score(ours, dialogues))]
+    rows.append(("ctxgraph, decay from event dates", score(decayed, dialogues)))
+    rows += [
+        (f"published: {name}", score(published_rankings(args.data, filename), dialogues))
+        for name, filename in PUBLISHED.items()
+    ]
+    print(f"MADial-Bench zh: {len(memories)} memories, {len(dialogues)} dialogues")
+    print(f"{'retriever':<36} {'recall@5':>9} {'recall@10':>10} {'MRR@10':>7}")
+    for name, result in rows:
+        print(
+            f"{name:<36} {result.recall_at_5:>9.3f} {result.recall_at_10:>10.3f} "
+            f"{result.mrr_at_10:>7.3f}"
+        )
+    print(f"median search time per dialogue: {median_ms:.2f} ms")
+    mine = rows[0][1]
+    passed = mine.recall_at_5 >= TARGET_RECALL_AT_5 and mine.mrr_at_10 >= TARGET_MRR_AT_10
+    verdict = "PASS" if passed else "MISS"
+    print(
+        f"targets recall@5 >= {TARGET_RECALL_AT_5} and MRR@10 >= {TARGET_MRR_AT_10}: {verdict} "
+        f"(recall@5 {mine.recall_at_5:.3f}, MRR@10 {mine.mrr_at_10:.3f})"
+    )
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
