@@ -13,6 +13,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchItem
 
 from state.context import Context, ContextError
 from state.settings import Settings
+from store.hybrid import FACT_INDEX_FIELDS, asemantic_hits, fuse, semantic_enabled, semantic_hits
 from store.memory_rules import (
     Category,
     Decision,
@@ -298,7 +299,7 @@ class MemoryRepository:
             evidence=evidence,
             confirmed=False,
         )
-        self.store.put(namespace, key, value, index=False)
+        self.store.put(namespace, key, value, index=FACT_INDEX_FIELDS)
         return self._read_back(namespace, key, value, scope)
 
     def add_facts(
@@ -335,7 +336,7 @@ class MemoryRepository:
                             evidence=None,
                             confirmed=False,
                         ),
-                        index=False,
+                        index=FACT_INDEX_FIELDS,
                     )
                     for (ns, key, text), old in zip(chunk, stored, strict=True)
                 ]
@@ -369,7 +370,7 @@ class MemoryRepository:
             evidence=evidence,
             confirmed=False,
         )
-        await self.store.aput(namespace, key, value, index=False)
+        await self.store.aput(namespace, key, value, index=FACT_INDEX_FIELDS)
         return self._read_back(namespace, key, value, scope)
 
     def _prepare_add(
@@ -412,7 +413,7 @@ class MemoryRepository:
         namespace = self._namespace(context, scope)
         stored = self.store.get(namespace, candidate.key)
         value = self._remembered(stored, candidate, thread_id, now, confirmed)
-        self.store.put(namespace, candidate.key, value, index=False)
+        self.store.put(namespace, candidate.key, value, index=FACT_INDEX_FIELDS)
         return self._read_back(namespace, candidate.key, value, scope)
 
     async def aremember(
@@ -432,7 +433,7 @@ class MemoryRepository:
         namespace = self._namespace(context, scope)
         stored = await self.store.aget(namespace, candidate.key)
         value = self._remembered(stored, candidate, thread_id, now, confirmed)
-        await self.store.aput(namespace, candidate.key, value, index=False)
+        await self.store.aput(namespace, candidate.key, value, index=FACT_INDEX_FIELDS)
         return self._read_back(namespace, candidate.key, value, scope)
 
     @staticmethod
@@ -530,17 +531,23 @@ class MemoryRepository:
     ) -> list[Fact]:
         """Facts of this user and agent (and project) ranked for ``query``, best first.
 
-        BM25 picks about ``2 * top_k`` candidates per namespace; they are reranked by
-        ``store.search.final_score`` (relevance decayed by age, plus confidence). Each result
-        carries its ``score``. A query with no searchable words finds nothing. ``age_from``
-        overrides ``Settings.memory_age_from`` (from the context's settings, else default).
+        BM25 picks about ``2 * top_k`` candidates per namespace; when the Store has a vector
+        index, as many semantic neighbours join them (``store.hybrid``). Candidates are
+        reranked by ``store.search.final_score`` (relevance decayed by age, plus
+        confidence); each result carries its ``score``. ``age_from`` overrides
+        ``Settings.memory_age_from`` (from the context's settings, else the default).
         """
         _check_search(query, top_k)
-        indexes = [
-            (fact_index_cache.get(self.store, namespace), scope)
+        hybrid = semantic_enabled(self.store)
+        candidates = [
+            _Candidates(
+                fact_index_cache.get(self.store, namespace),
+                scope,
+                semantic_hits(self.store, namespace, query, 2 * top_k) if hybrid else None,
+            )
             for namespace, scope in self._search_scopes(context)
         ]
-        return _ranked(indexes, query, top_k, now, _age_from(context, age_from))
+        return _ranked(candidates, query, top_k, now, _age_from(context, age_from))
 
     async def asearch(
         self,
@@ -553,11 +560,16 @@ class MemoryRepository:
     ) -> list[Fact]:
         """Async :meth:`search`."""
         _check_search(query, top_k)
-        indexes = [
-            (await fact_index_cache.aget(self.store, namespace), scope)
+        hybrid = semantic_enabled(self.store)
+        candidates = [
+            _Candidates(
+                await fact_index_cache.aget(self.store, namespace),
+                scope,
+                await asemantic_hits(self.store, namespace, query, 2 * top_k) if hybrid else None,
+            )
             for namespace, scope in self._search_scopes(context)
         ]
-        return _ranked(indexes, query, top_k, now, _age_from(context, age_from))
+        return _ranked(candidates, query, top_k, now, _age_from(context, age_from))
 
     def memory_candidates(
         self, context: Context, query: str | None, *, limit: int = CANDIDATES
@@ -701,23 +713,39 @@ def _check_search(query: object, top_k: object) -> None:
         raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
 
 
+@dataclass(frozen=True)
+class _Candidates:
+    """One namespace's sources: its BM25 snapshot and, in hybrid mode, semantic hits."""
+
+    snapshot: NamespaceIndex
+    scope: FactScope
+    semantic: list[SearchItem] | None
+
+
 def _ranked(
-    indexes: list[tuple[NamespaceIndex, FactScope]],
+    sources: list[_Candidates],
     query: str,
     top_k: int,
     now: datetime | None,
     age_from: AgeFrom,
 ) -> list[Fact]:
-    """BM25 candidates (about 2 * top_k per namespace) reranked by the final score."""
+    """BM25 (and semantic) candidates, about 2 * top_k per namespace, reranked."""
     terms = tokenize(query)
-    if not terms:
-        return []
     scored: list[Fact] = []
-    for snapshot, scope in indexes:
-        for key, raw in snapshot.index.search(terms, 2 * top_k):
-            fact = _fact_from_value(key, snapshot.docs[key].value, scope)
+    for source in sources:
+        lexical = source.snapshot.index.search(terms, 2 * top_k) if terms else []
+        if source.semantic is None:
+            raw_scores = dict(lexical)
+            unseen: dict[str, Mapping[str, Any]] = {}
+        else:
+            matches = [item for item in source.semantic if (item.score or 0.0) > 0]
+            raw_scores = fuse(lexical, matches)
+            unseen = {item.key: item.value for item in matches}
+        for key, raw in raw_scores.items():
+            doc = source.snapshot.docs.get(key)
+            value = doc.value if doc is not None else unseen[key]
+            fact = _fact_from_value(key, value, source.scope)
             moment = fact.confirmed_at if age_from == "confirmed" else fact.created_at
-            score = final_score(raw, fact.confidence, moment, now)
-            scored.append(replace(fact, score=score))
+            scored.append(replace(fact, score=final_score(raw, fact.confidence, moment, now)))
     scored.sort(key=lambda fact: (-fact.score, -fact.created_at.timestamp(), fact.id))
     return scored[:top_k]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -10,11 +11,13 @@ import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
+from langgraph.store.postgres.base import PostgresIndexConfig
 
 from store.embedded import database_uri
+from store.embeddings import embedding_index
 
-_prepared: set[str] = set()
-"""Databases whose tables this process has already set up."""
+_prepared: set[tuple[str, bool]] = set()
+"""Databases (and whether with vector tables) this process has already set up."""
 
 
 class DatabaseError(RuntimeError):
@@ -45,36 +48,48 @@ def _redacted(uri: str) -> str:
 
 
 @contextmanager
-def open_persistence(uri: str | None = None) -> Iterator[Persistence]:
-    """Open the checkpointer and Store; tables are created on first use in this process."""
+def open_persistence(
+    uri: str | None = None, *, index: PostgresIndexConfig | None = None
+) -> Iterator[Persistence]:
+    """Open the checkpointer and Store; tables are created on first use in this process.
+
+    ``index`` gives the Store an embedding model (pgvector) for hybrid memory search;
+    without it, ``CTXGRAPH_EMBEDDING_MODEL`` is read (see ``store.embeddings``).
+    """
     resolved = uri or database_uri()
+    index = index if index is not None else embedding_index(os.environ)
     with ExitStack() as stack:
         try:
             checkpointer = stack.enter_context(PostgresSaver.from_conn_string(resolved))
-            store = stack.enter_context(PostgresStore.from_conn_string(resolved))
-            if resolved not in _prepared:
+            store = stack.enter_context(PostgresStore.from_conn_string(resolved, index=index))
+            if (resolved, index is not None) not in _prepared:
                 checkpointer.setup()
                 store.setup()
-                _prepared.add(resolved)
+                _prepared.add((resolved, index is not None))
         except psycopg.OperationalError as error:
             raise _unreachable(resolved, error) from error
         yield Persistence(checkpointer=checkpointer, store=store, uri=resolved)
 
 
 @asynccontextmanager
-async def open_async_persistence(uri: str | None = None) -> AsyncIterator[AsyncPersistence]:
+async def open_async_persistence(
+    uri: str | None = None, *, index: PostgresIndexConfig | None = None
+) -> AsyncIterator[AsyncPersistence]:
     """Async version of ``open_persistence``."""
     resolved = uri or database_uri()
+    index = index if index is not None else embedding_index(os.environ)
     async with AsyncExitStack() as stack:
         try:
             checkpointer = await stack.enter_async_context(
                 AsyncPostgresSaver.from_conn_string(resolved)
             )
-            store = await stack.enter_async_context(AsyncPostgresStore.from_conn_string(resolved))
-            if resolved not in _prepared:
+            store = await stack.enter_async_context(
+                AsyncPostgresStore.from_conn_string(resolved, index=index)
+            )
+            if (resolved, index is not None) not in _prepared:
                 await checkpointer.setup()
                 await store.setup()
-                _prepared.add(resolved)
+                _prepared.add((resolved, index is not None))
         except psycopg.OperationalError as error:
             raise _unreachable(resolved, error) from error
         yield AsyncPersistence(checkpointer=checkpointer, store=store, uri=resolved)

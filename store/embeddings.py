@@ -1,0 +1,54 @@
+"""The optional embedding model behind hybrid search, configured from the environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from langchain_openai import OpenAIEmbeddings
+from langgraph.store.postgres.base import PostgresIndexConfig
+from pydantic import SecretStr
+
+from state.models import OPENAI_BASE_URL
+from store.hybrid import FACT_INDEX_FIELDS
+
+DEFAULT_DIMS = 1536
+"""Vector size of OpenAI's ``text-embedding-3-small``."""
+
+
+class EmbeddingConfigError(ValueError):
+    """The embedding environment variables cannot work; the message says which and why."""
+
+
+def embedding_index(environ: Mapping[str, str]) -> PostgresIndexConfig | None:
+    """The Store ``index`` config for ``CTXGRAPH_EMBEDDING_MODEL``, or None when it is unset.
+
+    The model is served by the same OpenAI-compatible endpoint as the chat models
+    (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); ``CTXGRAPH_EMBEDDING_DIMS`` gives its vector
+    size. Inputs are not pre-counted with a tokenizer, so nothing but that endpoint is
+    contacted.
+    """
+    model = environ.get("CTXGRAPH_EMBEDDING_MODEL", "").strip()
+    if not model:
+        return None
+    raw = environ.get("CTXGRAPH_EMBEDDING_DIMS", "").strip() or str(DEFAULT_DIMS)
+    if not raw.isdigit() or int(raw) < 1:
+        raise EmbeddingConfigError(
+            f"CTXGRAPH_EMBEDDING_DIMS must be a whole number of dimensions (for example "
+            f"{DEFAULT_DIMS}), got {raw!r}"
+        )
+    base_url = environ.get("OPENAI_BASE_URL", "").strip()
+    api_key = environ.get("OPENAI_API_KEY", "").strip()
+    if not base_url and not api_key:
+        raise EmbeddingConfigError(
+            "CTXGRAPH_EMBEDDING_MODEL needs OPENAI_API_KEY, or OPENAI_BASE_URL for an "
+            "OpenAI-compatible server"
+        )
+    embeddings = OpenAIEmbeddings(
+        model=model,
+        # Explicit, so the client does not fall back to variables outside ``environ``.
+        base_url=base_url or OPENAI_BASE_URL,
+        # Local OpenAI-compatible servers usually accept any key; the client insists on one.
+        api_key=SecretStr(api_key or "not-needed"),
+        check_embedding_ctx_length=False,
+    )
+    return {"dims": int(raw), "embed": embeddings, "fields": list(FACT_INDEX_FIELDS)}
