@@ -6,15 +6,14 @@ import math
 import re
 import threading
 import unicodedata
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Literal
 
 import jieba
-import numpy as np
-import numpy.typing as npt
+
+from store.bm25 import Bm25Index
 
 __all__ = [
     "CONFIDENCE_WEIGHT",
@@ -112,8 +111,10 @@ def _terms(text: str) -> tuple[str, ...]:
 
 def _words(text: str) -> Iterable[str]:
     for match in _WORD.finditer(text):
-        word = _english_word(match.group())
-        if word and word not in STOP_WORDS:
+        raw = match.group().casefold()
+        word = _english_word(raw)
+        # The stop list holds whole words: "this" must not survive as "thi".
+        if word and raw not in STOP_WORDS and word not in STOP_WORDS:
             yield word
 
 
@@ -146,72 +147,8 @@ def final_score(
     return -raw_bm25 * time_factor(age_days(created_at, now)) + CONFIDENCE_WEIGHT * confidence
 
 
-class Bm25Index:
-    """An immutable Okapi BM25 index over tokenized documents, keyed by id.
-
-    Each term's postings are two arrays (documents, weights), so a query costs one vector
-    addition per query term and a partial sort of the matches.
-    """
-
-    def __init__(
-        self, documents: Mapping[str, Sequence[str]], *, k1: float = 1.2, b: float = 0.75
-    ) -> None:
-        if k1 <= 0 or not 0 <= b <= 1:
-            raise ValueError(f"BM25 needs k1 > 0 and 0 <= b <= 1, got k1={k1!r}, b={b!r}")
-        self.ids: list[str] = list(documents)
-        lengths = [len(documents[i]) for i in self.ids]
-        average = (sum(lengths) / len(lengths)) if lengths else 0.0
-        docs: dict[str, list[int]] = {}
-        weights: dict[str, list[float]] = {}
-        for doc, doc_id in enumerate(self.ids):
-            norm = k1 * (1 - b + b * lengths[doc] / average) if average else k1
-            for term, count in Counter(documents[doc_id]).items():
-                docs.setdefault(term, []).append(doc)
-                weights.setdefault(term, []).append(count * (k1 + 1) / (count + norm))
-        total = len(self.ids)
-        self._postings: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
-        for term, term_docs in docs.items():
-            idf = math.log(1 + (total - len(term_docs) + 0.5) / (len(term_docs) + 0.5))
-            self._postings[term] = (
-                np.asarray(term_docs, dtype=np.intp),
-                np.asarray(weights[term], dtype=np.float64) * idf,
-            )
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def _totals(self, query: Sequence[str]) -> npt.NDArray[np.float64]:
-        totals = np.zeros(len(self.ids), dtype=np.float64)
-        for term, count in Counter(query).items():
-            postings = self._postings.get(term)
-            if postings is not None:
-                totals[postings[0]] += postings[1] * count
-        return totals
-
-    def scores(self, query: Sequence[str]) -> dict[int, float]:
-        """BM25 relevance (positive, higher is better) of every document matching ``query``."""
-        totals = self._totals(query)
-        return {int(doc): float(totals[doc]) for doc in np.flatnonzero(totals)}
-
-    def search(self, query: Sequence[str], limit: int) -> list[tuple[str, float]]:
-        """The best ``limit`` matches as ``(id, raw_bm25)``, raw scores negative (FTS5 sign).
-
-        Equal scores are ordered by id, so results do not depend on insertion order.
-        """
-        if limit <= 0 or not self.ids:
-            return []
-        totals = self._totals(query)
-        matched = np.flatnonzero(totals)
-        if len(matched) > limit:
-            # Keep every document tied with the limit-th score, then order exactly.
-            cutoff = np.partition(totals[matched], len(matched) - limit)[len(matched) - limit]
-            matched = matched[totals[matched] >= cutoff]
-        best = sorted((-float(totals[d]), self.ids[d]) for d in matched)[:limit]
-        return [(doc_id, raw) for raw, doc_id in best]
-
-
 def relevance_scores(query: str, texts: Sequence[str]) -> list[float]:
     """BM25 relevance of ``query`` to each of ``texts`` (0.0 where nothing matches)."""
     index = Bm25Index({str(i): tokenize(text) for i, text in enumerate(texts)})
     totals = index.scores(tokenize(query))
-    return [totals.get(i, 0.0) for i in range(len(texts))]
+    return [totals.get(str(i), 0.0) for i in range(len(texts))]
