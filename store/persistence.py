@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
@@ -13,6 +14,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 from langgraph.store.postgres.base import PostgresIndexConfig
 
+from store.change_tracking import install_change_tracking
 from store.embedded import database_uri
 from store.embeddings import embedding_index
 
@@ -65,6 +67,7 @@ def open_persistence(
             if (resolved, index is not None) not in _prepared:
                 checkpointer.setup()
                 store.setup()
+                install_change_tracking(resolved)
                 _prepared.add((resolved, index is not None))
         except psycopg.OperationalError as error:
             raise _unreachable(resolved, error) from error
@@ -89,6 +92,7 @@ async def open_async_persistence(
             if (resolved, index is not None) not in _prepared:
                 await checkpointer.setup()
                 await store.setup()
+                await asyncio.to_thread(install_change_tracking, resolved)
                 _prepared.add((resolved, index is not None))
         except psycopg.OperationalError as error:
             raise _unreachable(resolved, error) from error

@@ -1,35 +1,54 @@
 """Per-process BM25 indexes of fact namespaces, derived from the Store and never stale.
 
-The Store is the source of truth. Before every search the cache asks the Store for a cheap
-version of the namespace; when it changed (a write by this or any other process sharing
-the database), the namespace is re-read and only new or changed facts are re-tokenized.
+The Store is the source of truth. Before every use the cache asks the Store for the
+namespace's version: on Postgres a change counter kept by a trigger
+(``store.change_tracking``), or an aggregate over the rows where the trigger is not
+installed; on other stores a full listing. When the version moved (a write by this or any
+other process sharing the database), the namespace's keys and update times are compared
+with the index, and only new, changed or deleted facts are re-read and re-indexed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import weakref
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from datetime import UTC, datetime
 from typing import Any
 
-from langgraph.store.base import BaseStore, SearchItem
+from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
-from store.search import Bm25Index, tokenize
+from store.bm25 import Bm25Index
+from store.change_tracking import VERSION_QUERY, row_version, tracking_probe
+from store.search import tokenize
 
-__all__ = ["FactIndexCache", "IndexedDoc", "NamespaceIndex", "fact_index_cache"]
+__all__ = ["PAGE", "FactIndexCache", "Hit", "IndexedDoc", "fact_index_cache"]
 
 PAGE = 1_000
-"""Items read per Store call while (re)loading a namespace."""
+"""Items read per Store call while listing a namespace of a store without SQL access."""
 
-_VERSION_SQL = "SELECT count(*) AS n, max(updated_at) AS latest FROM store WHERE prefix = %s"
+Hit = tuple[str, float, Mapping[str, Any]]
+"""A search match: key, raw BM25 score (negative, FTS5 sign) and the stored value."""
+
+_AGGREGATE = (
+    "SELECT count(*) AS n, "
+    "coalesce(sum(hashtextextended(key || updated_at::text, 0)), 0)::text AS fingerprint "
+    "FROM store WHERE prefix = %s"
+)
+_STAMPS = "SELECT key, updated_at FROM store WHERE prefix = %s"
+_ALL_ROWS = "SELECT key, value, updated_at FROM store WHERE prefix = %s"
+_SOME_ROWS = "SELECT key, value, updated_at FROM store WHERE prefix = %s AND key = ANY(%s)"
+_MANY = 1_000
+"""Above this many changed keys, the whole namespace is read in one query."""
 
 
 @dataclass(frozen=True)
 class IndexedDoc:
-    """One stored fact as indexed: its value, its Store timestamp and its terms."""
+    """One stored fact as indexed: its value, its Store update time and its terms."""
 
     key: str
     value: Mapping[str, Any]
@@ -38,154 +57,259 @@ class IndexedDoc:
 
 
 @dataclass(frozen=True)
-class NamespaceIndex:
-    """An immutable snapshot of one namespace: its documents and their BM25 index."""
+class Changes:
+    """What a refresh learned: the new version, rows to (re)index and keys that are gone."""
 
     version: Hashable
-    docs: Mapping[str, IndexedDoc]
-    index: Bm25Index
+    rows: list[tuple[str, str, Mapping[str, Any]]]
+    removed: list[str]
 
-    @cached_property
-    def by_confidence(self) -> list[str]:
-        """Keys from the most to the least confident fact (newest first on ties)."""
-        return sorted(
-            self.docs,
-            key=lambda k: (
-                -float(self.docs[k].value.get("confidence", 0.0)),
-                _negated(str(self.docs[k].value.get("created_at", ""))),
-                k,
-            ),
-        )
 
-    @cached_property
-    def corrections(self) -> list[str]:
-        """Keys of corrections, most confident first."""
-        return [k for k in self.by_confidence if _is_correction(self.docs[k].value)]
+def _stamp(moment: datetime | str) -> str:
+    """An update time as a comparable UTC ISO string."""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.isoformat()
 
-    @classmethod
-    def build(
-        cls, version: Hashable, items: list[SearchItem], previous: NamespaceIndex | None
-    ) -> NamespaceIndex:
-        """Index ``items``, reusing the terms of documents unchanged since ``previous``."""
-        old = previous.docs if previous is not None else {}
-        docs: dict[str, IndexedDoc] = {}
-        for item in items:
-            stamp = item.updated_at.isoformat()
-            known = old.get(item.key)
-            if known is not None and known.updated_at == stamp:
-                docs[item.key] = known
-                continue
-            content = str(item.value.get("content", ""))
-            docs[item.key] = IndexedDoc(item.key, item.value, stamp, tuple(tokenize(content)))
-        return cls(version, docs, Bm25Index({k: d.tokens for k, d in docs.items()}))
+
+def _value(raw: Any) -> Mapping[str, Any]:
+    if isinstance(raw, Mapping):
+        return raw
+    return dict(json.loads(bytes(raw) if not isinstance(raw, str) else raw))
 
 
 def _is_correction(value: Mapping[str, Any]) -> bool:
     return value.get("category") == "correction" or bool(value.get("is_correction"))
 
 
-def _negated(stamp: str) -> tuple[int, ...]:
-    """A sort key that orders ISO timestamps newest first."""
-    return tuple(-ord(c) for c in stamp)
-
-
-def _prefix(namespace: tuple[str, ...]) -> str:
-    return ".".join(namespace)
-
-
-def _listing_version(items: list[SearchItem]) -> Hashable:
-    return tuple(sorted((item.key, item.updated_at.isoformat()) for item in items))
-
-
-def _row_version(row: Mapping[str, Any] | None) -> Hashable:
-    if row is None:
-        return (0, None)
-    latest = row["latest"]
-    return (int(row["n"]), latest.isoformat() if latest is not None else None)
-
-
 @dataclass
-class _Slot:
-    """The current snapshot of one namespace plus the lock that serializes sync refreshes.
+class _Namespace:
+    """The index of one namespace; every access holds ``lock``."""
 
-    Async refreshes take no lock: a refresh is idempotent and swaps the snapshot in one
-    assignment, so two coroutines refreshing at once only repeat work.
-    """
-
-    snapshot: NamespaceIndex | None = None
+    version: Hashable = None
+    docs: dict[str, IndexedDoc] = field(default_factory=dict)
+    index: Bm25Index = field(default_factory=Bm25Index)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    loaded: bool = False
+    _ranked: list[str] | None = None
+    _corrections: list[str] | None = None
+    alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+
+    def stale(self, stamps: Mapping[str, str]) -> tuple[list[str], list[str]]:
+        """Keys whose update time differs from the index, and indexed keys that are gone."""
+        changed = [
+            k for k, s in stamps.items() if k not in self.docs or self.docs[k].updated_at != s
+        ]
+        return changed, [k for k in self.docs if k not in stamps]
+
+    def apply(self, changes: Changes) -> None:
+        """Re-index rows whose update time differs from the index's and drop removed keys."""
+        added: dict[str, tuple[str, ...]] = {}
+        for key, stamp, value in changes.rows:
+            known = self.docs.get(key)
+            if known is not None and known.updated_at == stamp:
+                continue
+            tokens = tuple(tokenize(str(value.get("content", ""))))
+            self.docs[key] = IndexedDoc(key, value, stamp, tokens)
+            added[key] = tokens
+        removed = [key for key in changes.removed if self.docs.pop(key, None) is not None]
+        self.index.update(added, removed)
+        if added or removed:
+            self._ranked = self._corrections = None
+        self.version = changes.version
+        self.loaded = True
+
+    def by_confidence(self) -> list[str]:
+        """Keys from the most to the least confident fact (newest first on ties)."""
+        if self._ranked is None:
+            newest_first = sorted(
+                self.docs, key=lambda k: str(self.docs[k].value.get("created_at", "")), reverse=True
+            )
+            self._ranked = sorted(
+                newest_first, key=lambda k: -float(self.docs[k].value.get("confidence", 0.0))
+            )
+        return self._ranked
+
+    def corrections(self) -> list[str]:
+        """Keys of corrections, most confident first."""
+        if self._corrections is None:
+            ranked = self.by_confidence()
+            self._corrections = [k for k in ranked if _is_correction(self.docs[k].value)]
+        return self._corrections
 
 
 class FactIndexCache:
-    """Snapshots per (store, namespace); refreshed whenever the Store's version moves."""
+    """Indexes per (store, namespace), refreshed whenever the Store's version moves."""
 
     def __init__(self) -> None:
-        self._slots: weakref.WeakKeyDictionary[BaseStore, dict[tuple[str, ...], _Slot]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._spaces: weakref.WeakKeyDictionary[BaseStore, dict[tuple[str, ...], _Namespace]]
+        self._tracked: weakref.WeakKeyDictionary[BaseStore, bool]
         self._guard = threading.Lock()
-
-    def _slot(self, store: BaseStore, namespace: tuple[str, ...]) -> _Slot:
-        with self._guard:
-            per_store = self._slots.setdefault(store, {})
-            return per_store.setdefault(namespace, _Slot())
-
-    def get(self, store: BaseStore, namespace: tuple[str, ...]) -> NamespaceIndex:
-        """The up-to-date index of ``namespace`` (sync stores and sync paths)."""
-        slot = self._slot(store, namespace)
-        with slot.lock:
-            if isinstance(store, PostgresStore):
-                version = self._sql_version(store, namespace)
-                if slot.snapshot is not None and slot.snapshot.version == version:
-                    return slot.snapshot
-                items = _list_all(store, namespace)
-            else:
-                items = _list_all(store, namespace)
-                version = _listing_version(items)
-                if slot.snapshot is not None and slot.snapshot.version == version:
-                    return slot.snapshot
-            slot.snapshot = NamespaceIndex.build(version, items, slot.snapshot)
-            return slot.snapshot
-
-    async def aget(self, store: BaseStore, namespace: tuple[str, ...]) -> NamespaceIndex:
-        """The up-to-date index of ``namespace`` (async paths)."""
-        slot = self._slot(store, namespace)
-        current = slot.snapshot
-        if isinstance(store, AsyncPostgresStore):
-            version = await self._asql_version(store, namespace)
-            if current is not None and current.version == version:
-                return current
-            items = await _alist_all(store, namespace)
-        else:
-            items = await _alist_all(store, namespace)
-            version = _listing_version(items)
-            if current is not None and current.version == version:
-                return current
-        slot.snapshot = NamespaceIndex.build(version, items, current)
-        return slot.snapshot
-
-    @staticmethod
-    def _sql_version(store: PostgresStore, namespace: tuple[str, ...]) -> Hashable:
-        # One aggregate over the prefix index: the count catches deletes, the latest update
-        # time catches inserts and in-place updates.
-        with store._cursor() as cursor:
-            cursor.execute(_VERSION_SQL, (_prefix(namespace),))
-            return _row_version(cursor.fetchone())
-
-    @staticmethod
-    async def _asql_version(store: AsyncPostgresStore, namespace: tuple[str, ...]) -> Hashable:
-        async with store._cursor() as cursor:
-            await cursor.execute(_VERSION_SQL, (_prefix(namespace),))
-            return _row_version(await cursor.fetchone())
+        self.clear()
 
     def clear(self) -> None:
-        """Drop every snapshot; the next search rebuilds from the Store."""
+        """Drop every index; the next use rebuilds from the Store."""
         with self._guard:
-            self._slots = weakref.WeakKeyDictionary()
+            self._spaces = weakref.WeakKeyDictionary()
+            self._tracked = weakref.WeakKeyDictionary()
+
+    def _space(self, store: BaseStore, namespace: tuple[str, ...]) -> _Namespace:
+        with self._guard:
+            return self._spaces.setdefault(store, {}).setdefault(namespace, _Namespace())
+
+    # -- reading the Store --------------------------------------------------------------
+
+    def _changes(
+        self, store: BaseStore, namespace: tuple[str, ...], space: _Namespace
+    ) -> Changes | None:
+        if not isinstance(store, PostgresStore):
+            return _listing_changes(space, _list_all(store, namespace))
+        prefix = ".".join(namespace)
+        with store._cursor() as cursor:
+            if store not in self._tracked:
+                cursor.execute(tracking_probe)
+                self._tracked[store] = cursor.fetchone() is not None
+            cursor.execute(VERSION_QUERY if self._tracked[store] else _AGGREGATE, (prefix,))
+            version = _version(cursor.fetchone(), self._tracked[store])
+            if space.loaded and version == space.version:
+                return None
+            cursor.execute(_STAMPS, (prefix,))
+            stamps = {row["key"]: _stamp(row["updated_at"]) for row in cursor.fetchall()}
+            changed, removed = space.stale(stamps)
+            if not changed:
+                return Changes(version, [], removed)
+            many = len(changed) > _MANY
+            cursor.execute(
+                _ALL_ROWS if many else _SOME_ROWS, (prefix,) if many else (prefix, changed)
+            )
+            return Changes(version, _rows(cursor.fetchall()), removed)
+
+    async def _achanges(
+        self, store: BaseStore, namespace: tuple[str, ...], space: _Namespace
+    ) -> Changes | None:
+        if not isinstance(store, AsyncPostgresStore):
+            return _listing_changes(space, await _alist_all(store, namespace))
+        prefix = ".".join(namespace)
+        async with store._cursor() as cursor:
+            if store not in self._tracked:
+                await cursor.execute(tracking_probe)
+                self._tracked[store] = await cursor.fetchone() is not None
+            await cursor.execute(VERSION_QUERY if self._tracked[store] else _AGGREGATE, (prefix,))
+            version = _version(await cursor.fetchone(), self._tracked[store])
+            if space.loaded and version == space.version:
+                return None
+            await cursor.execute(_STAMPS, (prefix,))
+            stamps = {row["key"]: _stamp(row["updated_at"]) for row in await cursor.fetchall()}
+            changed, removed = space.stale(stamps)
+            if not changed:
+                return Changes(version, [], removed)
+            many = len(changed) > _MANY
+            await cursor.execute(
+                _ALL_ROWS if many else _SOME_ROWS, (prefix,) if many else (prefix, changed)
+            )
+            return Changes(version, _rows(await cursor.fetchall()), removed)
+
+    def _fresh(self, store: BaseStore, namespace: tuple[str, ...]) -> _Namespace:
+        """The namespace's index, refreshed; the caller must then hold its lock to read it."""
+        space = self._space(store, namespace)
+        with space.lock:
+            changes = self._changes(store, namespace, space)
+            if changes is not None:
+                space.apply(changes)
+        return space
+
+    async def _afresh(self, store: BaseStore, namespace: tuple[str, ...]) -> _Namespace:
+        space = self._space(store, namespace)
+        loop = asyncio.get_running_loop()
+        async with space.alocks.setdefault(loop, asyncio.Lock()):
+            changes = await self._achanges(store, namespace, space)
+            if changes is not None:
+                with space.lock:
+                    space.apply(changes)
+        return space
+
+    # -- answers ------------------------------------------------------------------------
+
+    def search(
+        self, store: BaseStore, namespace: tuple[str, ...], terms: Sequence[str], limit: int
+    ) -> list[Hit]:
+        """The best ``limit`` BM25 matches of ``terms`` (plus any tied with the last one)."""
+        return _search(self._fresh(store, namespace), terms, limit)
+
+    async def asearch(
+        self, store: BaseStore, namespace: tuple[str, ...], terms: Sequence[str], limit: int
+    ) -> list[Hit]:
+        """Async :meth:`search`."""
+        return _search(await self._afresh(store, namespace), terms, limit)
+
+    def leading(
+        self, store: BaseStore, namespace: tuple[str, ...], limit: int
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """The ``limit`` most confident corrections, then the ``limit`` most confident facts."""
+        return _leading(self._fresh(store, namespace), limit)
+
+    async def aleading(
+        self, store: BaseStore, namespace: tuple[str, ...], limit: int
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Async :meth:`leading`."""
+        return _leading(await self._afresh(store, namespace), limit)
+
+    def values(
+        self, store: BaseStore, namespace: tuple[str, ...]
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Every fact of the namespace as ``(key, value)``."""
+        space = self._fresh(store, namespace)
+        with space.lock:
+            return [(key, doc.value) for key, doc in space.docs.items()]
+
+    async def avalues(
+        self, store: BaseStore, namespace: tuple[str, ...]
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """Async :meth:`values`."""
+        space = await self._afresh(store, namespace)
+        with space.lock:
+            return [(key, doc.value) for key, doc in space.docs.items()]
 
 
-def _list_all(store: BaseStore, namespace: tuple[str, ...]) -> list[SearchItem]:
-    items: list[SearchItem] = []
+def _search(space: _Namespace, terms: Sequence[str], limit: int) -> list[Hit]:
+    with space.lock:
+        hits = space.index.search(terms, limit, ties=True)
+        return [(key, raw, space.docs[key].value) for key, raw in hits]
+
+
+def _leading(space: _Namespace, limit: int) -> list[tuple[str, Mapping[str, Any]]]:
+    with space.lock:
+        keys = dict.fromkeys([*space.corrections()[:limit], *space.by_confidence()[:limit]])
+        return [(key, space.docs[key].value) for key in keys]
+
+
+def _version(row: Any, tracked: bool) -> Hashable:
+    if tracked:
+        return ("counter", row_version(row))
+    return ("aggregate", int(row["n"]), str(row["fingerprint"])) if row else ("aggregate", 0, "0")
+
+
+def _rows(rows: list[Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    return [(row["key"], _stamp(row["updated_at"]), _value(row["value"])) for row in rows]
+
+
+def _listing_changes(space: _Namespace, items: list[Any]) -> Changes | None:
+    stamps = {item.key: _stamp(item.updated_at) for item in items}
+    version = tuple(sorted(stamps.items()))
+    if space.loaded and version == space.version:
+        return None
+    changed, removed = space.stale(stamps)
+    wanted = set(changed)
+    rows = [(i.key, stamps[i.key], i.value) for i in items if i.key in wanted]
+    return Changes(version, rows, removed)
+
+
+def _list_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Any]:
+    items: list[Any] = []
     while True:
         page = store.search(namespace, limit=PAGE, offset=len(items))
         items.extend(page)
@@ -193,8 +317,8 @@ def _list_all(store: BaseStore, namespace: tuple[str, ...]) -> list[SearchItem]:
             return [item for item in items if item.namespace == namespace]
 
 
-async def _alist_all(store: BaseStore, namespace: tuple[str, ...]) -> list[SearchItem]:
-    items: list[SearchItem] = []
+async def _alist_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Any]:
+    items: list[Any] = []
     while True:
         page = await store.asearch(namespace, limit=PAGE, offset=len(items))
         items.extend(page)
@@ -203,4 +327,4 @@ async def _alist_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Searc
 
 
 fact_index_cache = FactIndexCache()
-"""The process-wide cache used by ``MemoryRepository.search``."""
+"""The process-wide cache used by ``MemoryRepository``."""
