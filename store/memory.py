@@ -5,15 +5,15 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
-from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchItem
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from state.context import Context, ContextError
-from state.settings import Settings
-from store.hybrid import FACT_INDEX_FIELDS, asemantic_hits, fuse, semantic_enabled, semantic_hits
+from store.fact_search import Source, age_from_of, check_search, leading_facts, rank
+from store.facts import Fact, FactScope, fact_from_value
+from store.hybrid import FACT_INDEX_FIELDS, asemantic_hits, semantic_enabled, semantic_hits
 from store.memory_rules import (
     Category,
     Decision,
@@ -28,12 +28,11 @@ from store.memory_rules import (
     static_rejection,
 )
 from store.namespaces import project_facts, user_facts, user_profile
-from store.search import AgeFrom, final_score, tokenize
-from store.search_index import NamespaceIndex, fact_index_cache
+from store.search import AgeFrom, tokenize
+from store.search_index import fact_index_cache
 
 __all__ = [
     "HISTORY_LIMIT",
-    "PAGE_SIZE",
     "PROFILE_SECTIONS",
     "SECTION_LIMIT",
     "Decision",
@@ -45,9 +44,6 @@ __all__ = [
     "accept_candidate",
     "accept_profile_update",
 ]
-
-PAGE_SIZE = 100
-"""Items fetched per Store search while listing facts."""
 
 BATCH = 500
 """Store operations per batch in bulk imports."""
@@ -61,50 +57,9 @@ HISTORY_LIMIT = 5
 SECTION_LIMIT = 600
 """Characters kept per merged profile section; the oldest sentences are dropped first."""
 
-FactScope = Literal["user", "project"]
-"""Where a fact lives: the user's facts for one agent, or a project's facts."""
-
 PROFILE_KEY = "profile"
 PROFILE_SECTIONS: tuple[str, ...] = get_args(Section)
 _SENTENCE = re.compile(r"[^.!?。！？\n]+(?:[.!?。！？]+|\n|$)")
-
-
-@dataclass(frozen=True)
-class Fact:
-    """One remembered fact, as read back from the Store."""
-
-    id: str
-    key: str
-    content: str
-    category: str
-    confidence: float
-    created_at: datetime
-    confirmed_at: datetime
-    last_seen_at: datetime
-    source_thread: str | None
-    evidence: str | None
-    scope: Literal["user", "project"]
-    history: list[dict[str, str]] = field(default_factory=list)
-    is_correction: bool = False
-    score: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable view, timestamps as ISO strings."""
-        return {
-            "id": self.id,
-            "key": self.key,
-            "content": self.content,
-            "category": self.category,
-            "confidence": self.confidence,
-            "created_at": self.created_at.isoformat(),
-            "confirmed_at": self.confirmed_at.isoformat(),
-            "last_seen_at": self.last_seen_at.isoformat(),
-            "source_thread": self.source_thread,
-            "evidence": self.evidence,
-            "scope": self.scope,
-            "history": [dict(entry) for entry in self.history],
-            "is_correction": self.is_correction,
-        }
 
 
 def _utc(moment: datetime | None) -> datetime:
@@ -169,25 +124,7 @@ def _merge(
 
 
 def _fact(item: Item, scope: Literal["user", "project"]) -> Fact:
-    return _fact_from_value(item.key, item.value, scope)
-
-
-def _fact_from_value(key: str, value: Mapping[str, Any], scope: Literal["user", "project"]) -> Fact:
-    return Fact(
-        id=key,
-        key=str(value.get("key", key)),
-        content=str(value["content"]),
-        category=str(value.get("category", "context")),
-        confidence=float(value.get("confidence", 0.0)),
-        created_at=datetime.fromisoformat(value["created_at"]),
-        confirmed_at=datetime.fromisoformat(value["confirmed_at"]),
-        last_seen_at=datetime.fromisoformat(value.get("last_seen_at", value["created_at"])),
-        source_thread=value.get("source_thread"),
-        evidence=value.get("evidence"),
-        scope=scope,
-        history=[dict(entry) for entry in value.get("history", [])],
-        is_correction=bool(value.get("is_correction", False)),
-    )
+    return fact_from_value(item.key, item.value, scope)
 
 
 def _sentences(text: str) -> list[str]:
@@ -231,18 +168,11 @@ def _sections(item: Item | None) -> dict[str, str]:
     return sections
 
 
-def _own(page: list[SearchItem], namespace: tuple[str, ...]) -> list[SearchItem]:
-    return [item for item in page if item.namespace == namespace]
-
-
 class MemoryRepository:
     """Reads and writes long-term memory in any LangGraph ``BaseStore``."""
 
-    def __init__(self, store: BaseStore, *, page_size: int = PAGE_SIZE) -> None:
-        if page_size < 1:
-            raise ValueError(f"page_size must be at least 1, got {page_size}")
+    def __init__(self, store: BaseStore) -> None:
         self.store = store
-        self._page_size = page_size
 
     # -- namespaces ---------------------------------------------------------------------
 
@@ -456,51 +386,38 @@ class MemoryRepository:
             confirmed=confirmed,
         )
 
-    def _search_all(self, namespace: tuple[str, ...]) -> list[SearchItem]:
-        found: list[SearchItem] = []
-        offset = 0
-        while True:
-            page = self.store.search(namespace, limit=self._page_size, offset=offset)
-            found.extend(_own(page, namespace))
-            if len(page) < self._page_size:
-                return found
-            offset += len(page)
-
-    async def _asearch_all(self, namespace: tuple[str, ...]) -> list[SearchItem]:
-        found: list[SearchItem] = []
-        offset = 0
-        while True:
-            page = await self.store.asearch(namespace, limit=self._page_size, offset=offset)
-            found.extend(_own(page, namespace))
-            if len(page) < self._page_size:
-                return found
-            offset += len(page)
-
     @staticmethod
-    def _facts(items: list[SearchItem], scope: Literal["user", "project"]) -> list[Fact]:
-        facts = [_fact(item, scope) for item in items]
+    def _facts(rows: list[tuple[str, Mapping[str, Any]]], scope: FactScope) -> list[Fact]:
+        facts = [fact_from_value(key, value, scope) for key, value in rows]
         return sorted(facts, key=lambda fact: (fact.created_at, fact.id))
+
+    def _listed(self, context: Context, scope: FactScope) -> list[Fact]:
+        namespace = self._namespace(context, scope)
+        return self._facts(fact_index_cache.values(self.store, namespace), scope)
+
+    async def _alisted(self, context: Context, scope: FactScope) -> list[Fact]:
+        namespace = self._namespace(context, scope)
+        return self._facts(await fact_index_cache.avalues(self.store, namespace), scope)
 
     def list_user_facts(self, context: Context) -> list[Fact]:
         """The facts this agent keeps about this user, oldest first."""
-        return self._facts(self._search_all(self._namespace(context, "user")), "user")
+        return self._listed(context, "user")
 
     async def alist_user_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_user_facts`."""
-        return self._facts(await self._asearch_all(self._namespace(context, "user")), "user")
+        return await self._alisted(context, "user")
 
     def list_project_facts(self, context: Context) -> list[Fact]:
         """The facts of the context's project, oldest first; empty without a project."""
         if context.project_id is None:
             return []
-        return self._facts(self._search_all(self._namespace(context, "project")), "project")
+        return self._listed(context, "project")
 
     async def alist_project_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_project_facts`."""
         if context.project_id is None:
             return []
-        items = await self._asearch_all(self._namespace(context, "project"))
-        return self._facts(items, "project")
+        return await self._alisted(context, "project")
 
     def list_facts(self, context: Context) -> list[Fact]:
         """User facts for this agent, then the project's facts when the context has a project."""
@@ -531,23 +448,26 @@ class MemoryRepository:
     ) -> list[Fact]:
         """Facts of this user and agent (and project) ranked for ``query``, best first.
 
-        BM25 picks about ``2 * top_k`` candidates per namespace; when the Store has a vector
-        index, as many semantic neighbours join them (``store.hybrid``). Candidates are
-        reranked by ``store.search.final_score`` (relevance decayed by age, plus
-        confidence); each result carries its ``score``. ``age_from`` overrides
-        ``Settings.memory_age_from`` (from the context's settings, else the default).
+        BM25 picks about ``2 * top_k`` candidates per namespace (facts tied with the last
+        one included); when the Store has a vector index, as many semantic neighbours join
+        them (``store.hybrid``). Candidates are reranked by ``store.search.final_score``
+        (relevance decayed by age, plus confidence); each result carries its ``score``.
+        ``age_from`` overrides ``Settings.memory_age_from`` (from the context's settings,
+        else the default). The index is refreshed from the Store first, so a fact written
+        by any process sharing the Store is found.
         """
-        _check_search(query, top_k)
+        check_search(query, top_k)
+        terms = tokenize(query)
         hybrid = semantic_enabled(self.store)
-        candidates = [
-            _Candidates(
-                fact_index_cache.get(self.store, namespace),
+        sources = [
+            Source(
                 scope,
+                fact_index_cache.search(self.store, namespace, terms, 2 * top_k),
                 semantic_hits(self.store, namespace, query, 2 * top_k) if hybrid else None,
             )
             for namespace, scope in self._search_scopes(context)
         ]
-        return _ranked(candidates, query, top_k, now, _age_from(context, age_from))
+        return rank(sources, top_k, now, age_from_of(context, age_from))
 
     async def asearch(
         self,
@@ -559,44 +479,47 @@ class MemoryRepository:
         age_from: AgeFrom | None = None,
     ) -> list[Fact]:
         """Async :meth:`search`."""
-        _check_search(query, top_k)
+        check_search(query, top_k)
+        terms = tokenize(query)
         hybrid = semantic_enabled(self.store)
-        candidates = [
-            _Candidates(
-                await fact_index_cache.aget(self.store, namespace),
+        sources = [
+            Source(
                 scope,
+                await fact_index_cache.asearch(self.store, namespace, terms, 2 * top_k),
                 await asemantic_hits(self.store, namespace, query, 2 * top_k) if hybrid else None,
             )
             for namespace, scope in self._search_scopes(context)
         ]
-        return _ranked(candidates, query, top_k, now, _age_from(context, age_from))
+        return rank(sources, top_k, now, age_from_of(context, age_from))
 
     def memory_candidates(
         self, context: Context, query: str | None, *, limit: int = CANDIDATES
     ) -> list[Fact]:
-        """Facts worth offering to the memory view: corrections, matches and confident ones.
+        """Facts worth offering to the memory view: matches, corrections and confident ones.
 
-        Up to ``limit`` of each: the most confident corrections, the best search matches for
-        ``query`` and the most confident facts, without duplicates. Read through the same
-        fresh index as :meth:`search`, so a fact stored by any process is seen at once.
+        Up to ``limit`` of each: the best search matches for ``query``, the most confident
+        corrections and the most confident facts, without duplicates. Read through the
+        same fresh index as :meth:`search`, so a fact stored by any process is seen at once.
         """
-        indexes = [
-            (fact_index_cache.get(self.store, namespace), scope)
-            for namespace, scope in self._search_scopes(context)
-        ]
         matches = self.search(context, query, top_k=limit) if query and query.strip() else []
-        return _candidates(indexes, matches, limit)
+        leading = [
+            (scope, key, value)
+            for namespace, scope in self._search_scopes(context)
+            for key, value in fact_index_cache.leading(self.store, namespace, limit)
+        ]
+        return leading_facts(matches, leading)
 
     async def amemory_candidates(
         self, context: Context, query: str | None, *, limit: int = CANDIDATES
     ) -> list[Fact]:
         """Async :meth:`memory_candidates`."""
-        indexes = [
-            (await fact_index_cache.aget(self.store, namespace), scope)
-            for namespace, scope in self._search_scopes(context)
-        ]
         matches = await self.asearch(context, query, top_k=limit) if query and query.strip() else []
-        return _candidates(indexes, matches, limit)
+        leading = [
+            (scope, key, value)
+            for namespace, scope in self._search_scopes(context)
+            for key, value in await fact_index_cache.aleading(self.store, namespace, limit)
+        ]
+        return leading_facts(matches, leading)
 
     def forget(self, context: Context, key: str) -> bool:
         """Delete ``key`` from the user's facts, else from the project's; True if deleted."""
@@ -686,66 +609,3 @@ class MemoryRepository:
             await self.alist_user_facts(context),
             await self.alist_project_facts(context),
         )
-
-
-def _candidates(
-    indexes: list[tuple[NamespaceIndex, FactScope]], matches: list[Fact], limit: int
-) -> list[Fact]:
-    chosen: dict[tuple[str, str], Fact] = {(f.scope, f.id): f for f in matches}
-    for snapshot, scope in indexes:
-        for keys in (snapshot.corrections[:limit], snapshot.by_confidence[:limit]):
-            for key in keys:
-                if (scope, key) not in chosen:
-                    chosen[(scope, key)] = _fact_from_value(key, snapshot.docs[key].value, scope)
-    return list(chosen.values())
-
-
-def _age_from(context: Context, explicit: AgeFrom | None) -> AgeFrom:
-    if explicit is not None:
-        return explicit
-    return (context.settings or Settings()).memory_age_from
-
-
-def _check_search(query: object, top_k: object) -> None:
-    if not isinstance(query, str):
-        raise ValueError(f"a memory search query must be a string, got {query!r}")
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
-
-
-@dataclass(frozen=True)
-class _Candidates:
-    """One namespace's sources: its BM25 snapshot and, in hybrid mode, semantic hits."""
-
-    snapshot: NamespaceIndex
-    scope: FactScope
-    semantic: list[SearchItem] | None
-
-
-def _ranked(
-    sources: list[_Candidates],
-    query: str,
-    top_k: int,
-    now: datetime | None,
-    age_from: AgeFrom,
-) -> list[Fact]:
-    """BM25 (and semantic) candidates, about 2 * top_k per namespace, reranked."""
-    terms = tokenize(query)
-    scored: list[Fact] = []
-    for source in sources:
-        lexical = source.snapshot.index.search(terms, 2 * top_k) if terms else []
-        if source.semantic is None:
-            raw_scores = dict(lexical)
-            unseen: dict[str, Mapping[str, Any]] = {}
-        else:
-            matches = [item for item in source.semantic if (item.score or 0.0) > 0]
-            raw_scores = fuse(lexical, matches)
-            unseen = {item.key: item.value for item in matches}
-        for key, raw in raw_scores.items():
-            doc = source.snapshot.docs.get(key)
-            value = doc.value if doc is not None else unseen[key]
-            fact = _fact_from_value(key, value, source.scope)
-            moment = fact.confirmed_at if age_from == "confirmed" else fact.created_at
-            scored.append(replace(fact, score=final_score(raw, fact.confidence, moment, now)))
-    scored.sort(key=lambda fact: (-fact.score, -fact.created_at.timestamp(), fact.id))
-    return scored[:top_k]

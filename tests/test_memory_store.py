@@ -346,14 +346,15 @@ async def test_async_twins_in_postgres(database_uri: str) -> None:
         assert (await repo.aget_profile(context))["work_context"] != ""
 
 
-def test_listing_pages_past_the_store_default(repo: MemoryRepository) -> None:
-    small = MemoryRepository(repo.store, page_size=3)
-    context = Context(user_id="many")
-    for index in range(25):
-        repo.add_fact(context, f"Fact number {index}.", created_at=T0 + timedelta(minutes=index))
-    assert len(repo.list_facts(context)) == 25
-    assert len(small.list_facts(context)) == 25
-    assert repo.list_facts(context)[0].content == "Fact number 0."
+def test_listing_sees_every_fact_of_a_large_namespace(repo: MemoryRepository) -> None:
+    # More than one page of a Store listing, written in batches that share a timestamp.
+    context = Context(user_id=f"many-{uuid.uuid4().hex[:8]}")
+    repo.add_fact(context, "Fact number 0.", created_at=T0)
+    repo.add_facts(context, [f"Fact number {index}." for index in range(1, 1_200)])
+    listed = repo.list_facts(context)
+    assert len(listed) == 1_200
+    assert len({fact.key for fact in listed}) == 1_200
+    assert listed[0].content == "Fact number 0."
 
 
 # -- forget, export, unknown users -------------------------------------------------------------
