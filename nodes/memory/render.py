@@ -181,18 +181,74 @@ def render_memory(
         ]
     items.sort(key=lambda item: (-item.relevance, -item.confidence))
     limit = len(items) if top_n is None else top_n
+    queues = [[i.line for i in items if i.correction], [i.line for i in items if not i.correction]]
+    chosen = _select_fast(profile_lines, queues, budget, correction_budget, limit)
+    text = _assemble(profile_lines, chosen)
+    if count_text(text) != _joined_tokens(text.split("\n")):
+        # The tokenizer merged across a line break: fall back to counting every prefix.
+        chosen = _select(profile_lines, queues, budget, correction_budget, limit)
+        text = _assemble(profile_lines, chosen)
+    return text
+
+
+def _joined_tokens(lines: Sequence[str]) -> int:
+    r"""Tokens of ``"\n".join(lines)`` counted line by line.
+
+    cl100k starts a new pre-token after every line break that precedes a non-space
+    character, so the count of joined lines is the sum of ``line + "\n"`` counts (the
+    last line without one). The caller checks this against a count of the whole text.
+    """
+    if not lines:
+        return 0
+    return sum(count_text(line + "\n") for line in lines[:-1]) + count_text(lines[-1])
+
+
+def _select_fast(
+    profile_lines: list[str],
+    queues: list[list[str]],
+    budget: int,
+    correction_budget: int,
+    limit: int,
+) -> list[str]:
+    """The fact lines to render, using per-line counts (linear instead of quadratic)."""
     chosen: list[str] = []
-    for correction_queue in (True, False):
-        queue_lines: list[str] = []
-        for item in (i for i in items if i.correction is correction_queue):
+    head = profile_lines or [MEMORY_HEADER]
+    # Tokens of every line so far, each with its line break: the heading is added with
+    # the first fact.
+    before = _joined_tokens([*head, FACTS_HEADING, ""])
+    for correction_queue, queue in zip((True, False), queues, strict=True):
+        pool = 0  # the correction lines so far, each with its line break
+        for line in queue:
             if len(chosen) >= limit:
                 break
-            if correction_queue and (
-                count_text("\n".join([*queue_lines, item.line])) > correction_budget
-            ):
+            if correction_queue and pool + count_text(line) > correction_budget:
                 break
-            if count_text(_assemble(profile_lines, [*chosen, item.line])) > budget:
+            if before + count_text(line) > budget:
                 break
-            queue_lines.append(item.line)
-            chosen.append(item.line)
-    return _assemble(profile_lines, chosen)
+            chosen.append(line)
+            before += count_text(line + "\n")
+            pool += count_text(line + "\n")
+    return chosen
+
+
+def _select(
+    profile_lines: list[str],
+    queues: list[list[str]],
+    budget: int,
+    correction_budget: int,
+    limit: int,
+) -> list[str]:
+    """The fact lines to render, counting every assembled prefix in full."""
+    chosen: list[str] = []
+    for correction_queue, queue in zip((True, False), queues, strict=True):
+        queue_lines: list[str] = []
+        for line in queue:
+            if len(chosen) >= limit:
+                break
+            if correction_queue and count_text("\n".join([*queue_lines, line])) > correction_budget:
+                break
+            if count_text(_assemble(profile_lines, [*chosen, line])) > budget:
+                break
+            queue_lines.append(line)
+            chosen.append(line)
+    return chosen
