@@ -12,8 +12,15 @@ def run_ctxgraph(
     python: str, env: dict[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m graph.cli ARGS`` from the repository root and capture its output."""
+    return run_module(python, env, "graph.cli", *args, stdin=stdin)
+
+
+def run_module(
+    python: str, env: dict[str, str], module: str, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m MODULE ARGS`` from the repository root and capture its output."""
     return subprocess.run(
-        [python, "-m", "graph.cli", *args],
+        [python, "-m", module, *args],
         env=env,
         cwd=REPO_ROOT,
         input=stdin,
