@@ -17,6 +17,7 @@ from graph.cli.memory import (
     list_memory,
     process_due_at_start,
     process_memory,
+    search_memory,
 )
 from graph.cli.threads import UnknownThreadError, show_thread, verify_thread_command
 from nodes.memory.worker import worker_from_env
@@ -59,6 +60,12 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "export", help="print everything remembered for a user as JSON"
     )
     _identity_arguments(export, thread=False)
+    search = memory_commands.add_parser(
+        "search", help="rank the remembered facts for a query, as memory_search does"
+    )
+    _identity_arguments(search, thread=False)
+    search.add_argument("query", help="what to look for")
+    search.add_argument("--limit", type=int, default=5, help="results to show (1-10)")
     memory_commands.add_parser("process", help="run every pending (deferred) memory extraction now")
 
 
@@ -105,6 +112,8 @@ def _memory(args: argparse.Namespace) -> int:
             return forget_memory(persistence.store, context, args.key, sys.stdout)
         if args.memory_command == "export":
             return export_memory(persistence.store, context, sys.stdout)
+        if args.memory_command == "search":
+            return search_memory(persistence.store, context, args.query, args.limit, sys.stdout)
         return list_memory(persistence.store, context, sys.stdout)
 
 

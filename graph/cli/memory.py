@@ -1,4 +1,4 @@
-"""``ctxgraph memory list|forget|export|process``: inspect and manage long-term memory."""
+"""``ctxgraph memory list|search|forget|export|process``: inspect and manage long-term memory."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TextIO
 from langgraph.store.base import BaseStore
 
 from nodes.memory.extract import MemoryExtractor
+from nodes.memory.search_tool import clamp_limit
 from nodes.memory.worker import Processed, process_pending
 from state.context import Context
 from state.settings import Settings
@@ -45,6 +46,16 @@ def list_memory(store: BaseStore, context: Context, out: TextIO) -> int:
     if context.project_id is not None:
         out.write(f"Project {context.project_id} facts:\n")
         out.write("".join(fact_line(fact) + "\n" for fact in shared) or "(none)\n")
+    return 0
+
+
+def search_memory(store: BaseStore, context: Context, query: str, limit: int, out: TextIO) -> int:
+    """Print the facts ``memory_search`` would return for ``query``, best first, with scores."""
+    facts = MemoryRepository(store).search(context, query, top_k=clamp_limit(limit))
+    if not facts:
+        out.write(f"No remembered fact of {_who(context)} matches {query!r}.\n")
+        return 0
+    out.write("".join(f"{fact.score:7.3f} {fact_line(fact)}\n" for fact in facts))
     return 0
 
 
