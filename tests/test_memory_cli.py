@@ -1,4 +1,4 @@
-"""``ctxgraph memory list|forget|export`` on facts stored in the session Postgres."""
+"""``ctxgraph memory list|search|forget|export`` on facts stored in the session Postgres."""
 
 from __future__ import annotations
 
@@ -143,3 +143,26 @@ def test_bad_user_id_exits_2(python: str, subprocess_env: dict[str, str]) -> Non
     result = run_ctxgraph(python, subprocess_env, "memory", "list", "--user", "a b")
     assert result.returncode == 2
     assert "Context.user_id" in result.stderr
+
+
+def test_search_ranks_facts_with_scores_and_stays_in_the_users_namespaces(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    user = _user()
+    _seed(persistence, user, project="svc")
+    args = ("memory", "search", "--user", user, "--agent", "coder", "--project", "svc")
+    result = run_ctxgraph(python, subprocess_env, *args, "python backend", "--limit", "50")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    score, line = lines[0].split(maxsplit=1)
+    assert float(score) > 0
+    assert line.startswith("- preferred_language: Prefers Python for backend work.")
+    helm = run_ctxgraph(python, subprocess_env, *args, "helm")
+    assert helm.stdout.splitlines()[0].split(maxsplit=1)[1].startswith("- deploy_tool:")
+    # Another agent of the same user has no facts to find.
+    other = run_ctxgraph(
+        python, subprocess_env, "memory", "search", "--user", user, "--agent", "x", "python"
+    )
+    assert other.returncode == 0, other.stderr
+    assert other.stdout == f"No remembered fact of user {user} (agent x) matches 'python'.\n"
