@@ -20,6 +20,9 @@ _ARITHMETIC = re.compile(
     r"\b(?:what is|what's|compute|calculate)\s+(\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+)",
     re.IGNORECASE,
 )
+_MEMORY_QUESTION = re.compile(
+    r"\bwhat do you (?:remember|know) about me\b|你记得我什么", re.IGNORECASE
+)
 _RECALL = re.compile(r"\b(what did i (?:say|tell you)|remind me)\b", re.IGNORECASE)
 
 _OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
@@ -147,6 +150,8 @@ def demo_reply(messages: list[BaseMessage]) -> AIMessage:
                 {"name": "calculator", "args": {"expression": expression.group(1)}, "id": call_id}
             ],
         )
+    if _MEMORY_QUESTION.search(said):
+        return AIMessage(content=_remembered(messages))
     if _RECALL.search(said):
         earlier = [content_text(m) for m in users[:-1]]
         intent = _summary_intent(messages)
@@ -156,6 +161,15 @@ def demo_reply(messages: list[BaseMessage]) -> AIMessage:
             parts.append(f"Earlier in this thread you said: {listed}.")
         return AIMessage(content=" ".join(parts))
     return AIMessage(content=f"Noted: {said}")
+
+
+def _remembered(messages: list[BaseMessage]) -> str:
+    """The facts of the injected memory view, as the demo's answer."""
+    views = [content_text(m) for m in messages if message_origin(m) == "memory"]
+    facts = [line[2:] for view in views for line in view.splitlines() if line.startswith("- ")]
+    if not facts:
+        return "I do not remember anything about you yet."
+    return "From long-term memory: " + " ".join(facts)
 
 
 def demo_tools() -> tuple[BaseTool, ...]:

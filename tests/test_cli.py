@@ -28,11 +28,14 @@ def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path
     assert "Resuming thread demo-test (6 messages)" in out
     # The second process compacts: the Kyoto turn is folded, and the answer finds it
     # through the summary; the archive keeps every message and verifies.
-    assert "thread demo-test: 8 messages (5 archived in 1 compactions, 3 in the window)" in out
+    assert "thread demo-test: 8 messages (6 archived in 1 compactions, 2 in the window)" in out
     assert "──── compaction v1:" in out
     recall = "From the summary of older turns: I am planning a trip to Kyoto in April."
     assert out.index("process 1 exited") < out.index(recall)
     assert "thread demo-test: intact (1 compaction versions verified" in out
+    # A new thread of the same user gets the fact learned in the first one back.
+    remembered = "From long-term memory: [preference] I prefer quiet hotels near a train station."
+    assert out.index("== process 3") < out.index(remembered)
     assert (ctxgraph_home / "pgdata" / "PG_VERSION").exists()
 
     # The demo's thread is still there for a later process.

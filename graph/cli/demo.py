@@ -1,4 +1,4 @@
-"""``ctxgraph demo``: two turns, a process restart, a third turn, then what was persisted."""
+"""``ctxgraph demo``: two turns, a restart, a third turn, a new thread, then what persisted."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ FIRST_PROCESS_TURNS = (
     "April 10, I want to see the cherry blossoms along the Philosopher's Path, visit "
     "Fushimi Inari early in the morning before the crowds, spend one day in Nara, and keep "
     "the hotel budget under 180 euros a night. I do not eat meat, so please keep that in "
-    "mind for any restaurant ideas, and never book anything that cannot be cancelled.",
+    "mind for any restaurant ideas, and never book anything that cannot be cancelled. "
+    "I prefer quiet hotels near a train station.",
     "What is 17 * 23?",
 )
 SECOND_PROCESS_TURNS = ("What did I say before?",)
+NEW_THREAD_TURNS = ("What do you remember about me?",)
 SMALL_TRIGGER = "6"
 SMALL_KEEP = "2"
 """Compaction settings of the second process, so the demo shows one compaction."""
@@ -57,7 +59,10 @@ def run_demo(out: TextIO, *, user: str = "demo-user", thread_id: str | None = No
         small = {"CTXGRAPH_TRIGGER_MESSAGES": SMALL_TRIGGER, "CTXGRAPH_KEEP_MESSAGES": SMALL_KEEP}
         if _run_in_child(user, thread, SECOND_PROCESS_TURNS, out, **small) != 0:
             return 1
-        out.write("\n== persisted state of the thread (archive, then window)\n")
+        out.write("\n== process 3: a new thread for the same user; long-term memory comes back\n")
+        if _run_in_child(user, f"{thread}-later", NEW_THREAD_TURNS, out) != 0:
+            return 1
+        out.write("\n== persisted state of the first thread (archive, then window)\n")
         show_thread(persistence, thread, out, with_summary=True)
         out.write("\n== integrity\n")
         verify_thread_command(persistence, thread, out)
