@@ -11,6 +11,9 @@ the event dates are part of what happened, not of when it was remembered. The ro
 ``decay from event dates`` stores each memory with its event date as ``created_at`` to show
 what the time decay does to this data.
 
+With ``CTXGRAPH_EMBEDDING_MODEL`` set (see ``store.embeddings``), a hybrid row is added:
+the same facts in a Store with that embedding model, BM25 fused with vector similarity.
+
 Run ``python -m bench.retrieval_eval [--data ../shared/data/madial_zh]``.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -29,6 +33,7 @@ from typing import Any
 from langgraph.store.memory import InMemoryStore
 
 from state.context import Context
+from store.embeddings import embedding_index
 from store.memory import MemoryRepository
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "madial_zh"
@@ -111,10 +116,17 @@ def published_rankings(data: Path, filename: str) -> dict[int, list[int]]:
 
 
 def ctxgraph_rankings(
-    memories: dict[int, dict[str, Any]], dialogues: Sequence[Dialogue], *, event_dates: bool
+    memories: dict[int, dict[str, Any]],
+    dialogues: Sequence[Dialogue],
+    *,
+    event_dates: bool,
+    index: Any = None,
 ) -> tuple[dict[int, list[int]], float]:
-    """Store every memory with ``add_fact`` and rank them with ``search``; also the median ms."""
-    repository = MemoryRepository(InMemoryStore())
+    """Store every memory with ``add_fact`` and rank them with ``search``; also the median ms.
+
+    ``index`` (a Store index config) turns on hybrid search with that embedding model.
+    """
+    repository = MemoryRepository(InMemoryStore(index=index))
     now = datetime.now(UTC)
     for memory_id, record in memories.items():
         created = datetime.fromisoformat(record["time"]).replace(tzinfo=UTC) if event_dates else now
@@ -155,6 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     decayed, _ = ctxgraph_rankings(memories, dialogues, event_dates=True)
     rows = [("ctxgraph BM25 (jieba) + rerank", score(ours, dialogues))]
     rows.append(("ctxgraph, decay from event dates", score(decayed, dialogues)))
+    embeddings = embedding_index(os.environ)
+    if embeddings is not None:
+        hybrid, _ = ctxgraph_rankings(memories, dialogues, event_dates=False, index=embeddings)
+        model = os.environ["CTXGRAPH_EMBEDDING_MODEL"]
+        rows.append((f"ctxgraph hybrid ({model})", score(hybrid, dialogues)))
     rows += [
         (f"published: {name}", score(published_rankings(args.data, filename), dialogues))
         for name, filename in PUBLISHED.items()

@@ -1,0 +1,104 @@
+"""The retrieval evaluation's metrics and data handling, on a small dataset of the same shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.retrieval_eval import (
+    Dialogue,
+    ctxgraph_rankings,
+    load_dialogues,
+    load_memories,
+    main,
+    published_rankings,
+    score,
+)
+
+
+def write_lines(path: Path, rows: list[dict[str, object]]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    memories = {
+        1: ("Bart在圣诞节晚会上跳舞，感觉非常开心。", 1),
+        2: ("Bart在海边放风筝，感到非常开心。", 1),
+        3: ("Lisa和家人一起装饰圣诞树，感到非常开心。", 2),
+    }
+    write_lines(
+        tmp_path / "MADial-Bench-zh-memory.json",
+        [
+            {str(i): {"time": "2023-12-25", "event": text, "user-id": user, "id": str(i)}}
+            for i, (text, user) in memories.items()
+        ],
+    )
+    dialogue = [
+        "<BOD>\n",
+        '<Bart>:"今天我去海边了！"\n',
+        '<Assistant>:"真好！"\n',
+        '<Bart>:"我想放风筝。"\n',
+        '<Assistant>:"记得你在海边放风筝吗？"\n',
+        "<EOD>\n",
+    ]
+    write_lines(
+        tmp_path / "MADial-Bench-zh-dialogue.json",
+        [{"dialogue": dialogue, "test-turn": [4], "relevant-id": [2], "user-id": 1, "id": 0}],
+    )
+    (tmp_path / "published_top20").mkdir()
+    write_lines(
+        tmp_path / "published_top20" / "openai_zh_top_20_ids.json",
+        [{"id": 0, "user-id": 1, "top_20_ids": [1, 2], "relevant_id": [2]}],
+    )
+    return tmp_path
+
+
+def test_recall_and_mrr_follow_the_published_definitions() -> None:
+    dialogues = [
+        Dialogue(0, 1, "q", frozenset({1, 2})),
+        Dialogue(1, 1, "q", frozenset({9})),
+    ]
+    rankings = {0: [5, 2, 6, 7, 8, 1], 1: [1, 2, 3, 4, 5, 6, 7, 8, 9]}
+    result = score(rankings, dialogues)
+    # Dialogue 0: one of two gold ids in the top 5, both in the top 10, first hit at rank 2.
+    # Dialogue 1: the gold id is at rank 9.
+    assert result.recall_at_5 == pytest.approx((0.5 + 0.0) / 2)
+    assert result.recall_at_10 == pytest.approx((1.0 + 1.0) / 2)
+    assert result.mrr_at_10 == pytest.approx((1 / 2 + 1 / 9) / 2)
+
+
+def test_the_query_is_the_dialogue_before_the_first_test_turn(data: Path) -> None:
+    [dialogue] = load_dialogues(data)
+    assert (
+        dialogue.query
+        == '<BOD>\n<Bart>:"今天我去海边了！"\n<Assistant>:"真好！"\n<Bart>:"我想放风筝。"\n'
+    )
+    assert "记得" not in dialogue.query  # the recalling turn itself is not part of it
+    assert dialogue.gold == frozenset({2}) and dialogue.user == 1
+
+
+def test_ctxgraph_ranks_through_the_public_api_per_user(data: Path) -> None:
+    memories = load_memories(data)
+    rankings, median_ms = ctxgraph_rankings(memories, load_dialogues(data), event_dates=False)
+    # The kite memory first; the other one shares only the name. Lisa's memory (user 2) is
+    # never a candidate for Bart.
+    assert rankings == {0: [2, 1]}
+    assert median_ms >= 0
+    assert published_rankings(data, "openai_zh_top_20_ids.json") == {0: [1, 2]}
+
+
+def test_main_prints_the_table_side_by_side(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The published files other than OpenAI's are absent here; main needs all of them.
+    for name in ("Stella", "Dmeta", "Acge", "BGE_M3_dense", "BGE_M3_colbert"):
+        source = data / "published_top20" / "openai_zh_top_20_ids.json"
+        (data / "published_top20" / f"{name}_zh_top_20_ids.json").write_text(
+            source.read_text("utf-8"), "utf-8"
+        )
+    assert main(["--data", str(data)]) == 0  # 1.0 / 1.0 on this one-dialogue set
+    out = capsys.readouterr().out
+    assert "ctxgraph BM25 (jieba) + rerank           1.000      1.000   1.000" in out
+    assert "published: OpenAI embeddings             1.000      1.000   0.500" in out
+    assert "PASS" in out
