@@ -29,8 +29,13 @@ SEMANTIC_WEIGHT = 0.5
 
 
 def semantic_enabled(store: BaseStore) -> bool:
-    """Whether ``store`` was built with an embedding index (LangGraph's ``index`` config)."""
-    return bool(getattr(store, "index_config", None))
+    """Whether ``store`` was built with an embedding index (LangGraph's ``index`` config).
+
+    A LangGraph server hands graphs a batching wrapper around its store; the wrapped
+    store's config counts too.
+    """
+    wrapped = getattr(store, "_store", None)
+    return any(bool(getattr(s, "index_config", None)) for s in (store, wrapped) if s is not None)
 
 
 def semantic_hits(

@@ -132,3 +132,13 @@ def test_embedding_index_from_the_environment() -> None:
         )
     with pytest.raises(EmbeddingConfigError, match="OPENAI_API_KEY"):
         embedding_index({"CTXGRAPH_EMBEDDING_MODEL": "m"})
+
+
+def test_a_store_wrapped_by_a_server_still_counts_as_indexed() -> None:
+    class Wrapper(InMemoryStore):  # stands in for a server's batching wrapper
+        def __init__(self, inner: InMemoryStore) -> None:
+            super().__init__()
+            self._store = inner
+
+    assert semantic_enabled(Wrapper(InMemoryStore(index=index_config())))
+    assert not semantic_enabled(Wrapper(InMemoryStore()))
