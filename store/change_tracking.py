@@ -8,11 +8,15 @@ of a ``memory.*`` row, whoever makes it, so any process sharing the database is 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import psycopg
+import psycopg.errors
 
 __all__ = ["VERSION_QUERY", "install_change_tracking", "tracking_probe"]
+
+logger = logging.getLogger("ctxgraph.memory")
 
 TABLE = "ctxgraph_namespace_versions"
 
@@ -50,13 +54,26 @@ tracking_probe = _INSTALLED
 """A query that returns a row when the trigger is installed in the database."""
 
 
-def install_change_tracking(uri: str) -> None:
-    """Create the counter table and trigger once per database (idempotent, serialized)."""
-    with psycopg.connect(uri, autocommit=True) as conn:
-        if conn.execute(_INSTALLED).fetchone() is not None:
-            return
-        with conn.transaction():
-            conn.execute(_INSTALL)
+def install_change_tracking(uri: str) -> bool:
+    """Create the counter table and trigger once per database (idempotent, serialized).
+
+    Returns False, with a warning, when the database refuses (for example a role without
+    the right to create functions): searches then fall back to a slower aggregate check.
+    """
+    try:
+        with psycopg.connect(uri, autocommit=True) as conn:
+            if conn.execute(_INSTALLED).fetchone() is not None:
+                return True
+            with conn.transaction():
+                conn.execute(_INSTALL)
+            return True
+    except psycopg.errors.InsufficientPrivilege as error:
+        logger.warning(
+            "memory change tracking not installed (%s); searches check freshness with an "
+            "aggregate over each namespace instead",
+            str(error).strip().splitlines()[0],
+        )
+        return False
 
 
 def row_version(row: Any) -> int:

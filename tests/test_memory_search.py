@@ -18,6 +18,7 @@ from psycopg.conninfo import make_conninfo
 import store.search_index
 from state.context import Context
 from state.settings import Settings
+from store.change_tracking import install_change_tracking
 from store.memory import Decision, Fact, FactCandidate, MemoryRepository
 from store.namespaces import project_facts, user_facts
 from store.persistence import Persistence, open_async_persistence
@@ -679,3 +680,36 @@ def test_change_tracking_counts_every_write_to_a_memory_namespace(
         connection.execute("DELETE FROM store WHERE prefix = %s", (prefix,))
     assert counter() == 3
     assert repo.search(context, "helix") == []
+
+
+def test_a_role_that_cannot_install_tracking_still_gets_fresh_results(
+    database_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = unique("limited").replace("-", "_")
+    role = f"{name}_role"
+    with psycopg.connect(database_uri, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    owner_uri = make_conninfo(database_uri, dbname=name)
+    limited_uri = make_conninfo(database_uri, dbname=name, user=role)
+    try:
+        with psycopg.connect(owner_uri, autocommit=True) as owner:
+            PostgresStore(owner).setup()
+            owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON store TO {role}")
+        with caplog.at_level("WARNING", logger="ctxgraph.memory"):
+            assert install_change_tracking(limited_uri) is False
+        assert "memory change tracking not installed" in caplog.text
+        with (
+            psycopg.connect(limited_uri, autocommit=True) as mine,
+            psycopg.connect(owner_uri, autocommit=True) as theirs,
+        ):
+            repo = MemoryRepository(PostgresStore(mine))
+            context = Context(user_id=unique("u"))
+            repo.add_fact(context, "Uses Neovim", key="editor")
+            assert contents(repo.search(context, "neovim")) == ["Uses Neovim"]
+            MemoryRepository(PostgresStore(theirs)).add_fact(context, "Uses Helix", key="editor")
+            assert contents(repo.search(context, "helix")) == ["Uses Helix"]
+    finally:
+        with psycopg.connect(database_uri, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
