@@ -1,9 +1,12 @@
-"""A per-namespace change counter in Postgres, kept by a trigger on the Store's table.
+"""Per-namespace change counters and a change log in Postgres, kept by a trigger.
 
-Search indexes ask "did this namespace change?" before every query. Without help that is
-an aggregate over the namespace's rows, which grows with the number of facts; with this
-counter it is one primary-key lookup. The trigger counts every insert, update and delete
-of a ``memory.*`` row, whoever makes it, so any process sharing the database is seen.
+Search indexes ask "did this namespace change, and which facts?" before every query.
+Without help that is an aggregate over the namespace's rows plus a diff of all its keys,
+which grow with the number of facts; with the counter it is one primary-key lookup, and
+the log names the keys written since a given counter value. The trigger records every
+insert, update and delete of a ``memory.*`` row, whoever makes it. The counter row stays
+locked until the writing transaction ends, so the writes of one namespace commit in
+counter order, and a reader that sees counter N sees every change up to N.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-__all__ = ["VERSION_QUERY", "install_change_tracking", "tracking_probe"]
+__all__ = ["CHANGED_KEYS_QUERY", "VERSION_QUERY", "install_change_tracking", "tracking_probe"]
 
 logger = logging.getLogger("ctxgraph.memory")
 
 TABLE = "ctxgraph_namespace_versions"
+CHANGES = "ctxgraph_namespace_changes"
 
 _INSTALL = f"""
 SELECT pg_advisory_xact_lock(hashtext('{TABLE}'));
@@ -26,16 +30,35 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     prefix text PRIMARY KEY,
     version bigint NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {CHANGES} (
+    prefix text NOT NULL,
+    key text NOT NULL,
+    version bigint NOT NULL,
+    PRIMARY KEY (prefix, key)
+);
+CREATE INDEX IF NOT EXISTS {CHANGES}_by_version ON {CHANGES} (prefix, version);
+CREATE OR REPLACE FUNCTION {TABLE}_note(changed_prefix text, changed_key text)
+RETURNS void AS $$
+DECLARE
+    counter bigint;
+BEGIN
+    INSERT INTO {TABLE} AS v (prefix, version) VALUES (changed_prefix, 1)
+    ON CONFLICT (prefix) DO UPDATE SET version = v.version + 1
+    RETURNING version INTO counter;
+    INSERT INTO {CHANGES} AS c (prefix, key, version)
+    VALUES (changed_prefix, changed_key, counter)
+    ON CONFLICT (prefix, key) DO UPDATE SET version = EXCLUDED.version;
+END
+$$ LANGUAGE plpgsql;
 CREATE OR REPLACE FUNCTION {TABLE}_bump() RETURNS trigger AS $$
 BEGIN
     IF TG_OP <> 'DELETE' AND NEW.prefix LIKE 'memory.%' THEN
-        INSERT INTO {TABLE} AS v (prefix, version) VALUES (NEW.prefix, 1)
-        ON CONFLICT (prefix) DO UPDATE SET version = v.version + 1;
+        PERFORM {TABLE}_note(NEW.prefix, NEW.key);
     END IF;
     IF TG_OP <> 'INSERT' AND OLD.prefix LIKE 'memory.%'
-            AND (TG_OP = 'DELETE' OR OLD.prefix IS DISTINCT FROM NEW.prefix) THEN
-        INSERT INTO {TABLE} AS v (prefix, version) VALUES (OLD.prefix, 1)
-        ON CONFLICT (prefix) DO UPDATE SET version = v.version + 1;
+            AND (TG_OP = 'DELETE' OR (OLD.prefix, OLD.key) IS DISTINCT FROM (NEW.prefix, NEW.key))
+            THEN
+        PERFORM {TABLE}_note(OLD.prefix, OLD.key);
     END IF;
     RETURN NULL;
 END
@@ -45,13 +68,19 @@ CREATE TRIGGER {TABLE}_trigger AFTER INSERT OR UPDATE OR DELETE ON store
     FOR EACH ROW EXECUTE FUNCTION {TABLE}_bump();
 """
 
-_INSTALLED = f"SELECT 1 FROM pg_trigger WHERE tgname = '{TABLE}_trigger' AND NOT tgisinternal"
+_INSTALLED = (
+    f"SELECT to_regclass('{CHANGES}') IS NOT NULL AND EXISTS ("
+    f"SELECT 1 FROM pg_trigger WHERE tgname = '{TABLE}_trigger' AND NOT tgisinternal) AS ready"
+)
 
 VERSION_QUERY = f"SELECT version FROM {TABLE} WHERE prefix = %s"
 """The change counter of one namespace prefix (no row: never changed since installed)."""
 
+CHANGED_KEYS_QUERY = f"SELECT key FROM {CHANGES} WHERE prefix = %s AND version > %s"
+"""Keys of one namespace written or deleted after a given counter value."""
+
 tracking_probe = _INSTALLED
-"""A query that returns a row when the trigger is installed in the database."""
+"""A query whose ``ready`` column is true when the counter, log and trigger are installed."""
 
 
 def install_change_tracking(uri: str) -> bool:
@@ -62,7 +91,8 @@ def install_change_tracking(uri: str) -> bool:
     """
     try:
         with psycopg.connect(uri, autocommit=True) as conn:
-            if conn.execute(_INSTALLED).fetchone() is not None:
+            ready = conn.execute(_INSTALLED).fetchone()
+            if ready is not None and ready[0]:
                 return True
             with conn.transaction():
                 conn.execute(_INSTALL)

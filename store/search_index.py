@@ -4,8 +4,9 @@ The Store is the source of truth. Before every use the cache asks the Store for 
 namespace's version: on Postgres a change counter kept by a trigger
 (``store.change_tracking``), or an aggregate over the rows where the trigger is not
 installed; on other stores a full listing. When the version moved (a write by this or any
-other process sharing the database), the namespace's keys and update times are compared
-with the index, and only new, changed or deleted facts are re-read and re-indexed.
+other process sharing the database), the trigger's change log (or, without it, a
+comparison of every key's update time) names the facts written or deleted since, and only
+those are re-read and re-indexed.
 """
 
 from __future__ import annotations
@@ -14,16 +15,21 @@ import asyncio
 import json
 import threading
 import weakref
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
 from store.bm25 import Bm25Index
-from store.change_tracking import VERSION_QUERY, row_version, tracking_probe
+from store.change_tracking import (
+    CHANGED_KEYS_QUERY,
+    VERSION_QUERY,
+    row_version,
+    tracking_probe,
+)
 from store.search import tokenize
 
 __all__ = ["PAGE", "FactIndexCache", "Hit", "IndexedDoc", "fact_index_cache"]
@@ -168,50 +174,36 @@ class FactIndexCache:
     ) -> Changes | None:
         if not isinstance(store, PostgresStore):
             return _listing_changes(space, _list_all(store, namespace))
-        prefix = ".".join(namespace)
         with store._cursor() as cursor:
             if store not in self._tracked:
                 cursor.execute(tracking_probe)
-                self._tracked[store] = cursor.fetchone() is not None
-            cursor.execute(VERSION_QUERY if self._tracked[store] else _AGGREGATE, (prefix,))
-            version = _version(cursor.fetchone(), self._tracked[store])
-            if space.loaded and version == space.version:
-                return None
-            cursor.execute(_STAMPS, (prefix,))
-            stamps = {row["key"]: _stamp(row["updated_at"]) for row in cursor.fetchall()}
-            changed, removed = space.stale(stamps)
-            if not changed:
-                return Changes(version, [], removed)
-            many = len(changed) > _MANY
-            cursor.execute(
-                _ALL_ROWS if many else _SOME_ROWS, (prefix,) if many else (prefix, changed)
-            )
-            return Changes(version, _rows(cursor.fetchall()), removed)
+                self._tracked[store] = _ready(cursor.fetchone())
+            plan = _refresh_plan(space, ".".join(namespace), self._tracked[store])
+            try:
+                query = next(plan)
+                while True:
+                    cursor.execute(*query)
+                    query = plan.send(cursor.fetchall())
+            except StopIteration as done:
+                return cast(Changes | None, done.value)
 
     async def _achanges(
         self, store: BaseStore, namespace: tuple[str, ...], space: _Namespace
     ) -> Changes | None:
         if not isinstance(store, AsyncPostgresStore):
             return _listing_changes(space, await _alist_all(store, namespace))
-        prefix = ".".join(namespace)
         async with store._cursor() as cursor:
             if store not in self._tracked:
                 await cursor.execute(tracking_probe)
-                self._tracked[store] = await cursor.fetchone() is not None
-            await cursor.execute(VERSION_QUERY if self._tracked[store] else _AGGREGATE, (prefix,))
-            version = _version(await cursor.fetchone(), self._tracked[store])
-            if space.loaded and version == space.version:
-                return None
-            await cursor.execute(_STAMPS, (prefix,))
-            stamps = {row["key"]: _stamp(row["updated_at"]) for row in await cursor.fetchall()}
-            changed, removed = space.stale(stamps)
-            if not changed:
-                return Changes(version, [], removed)
-            many = len(changed) > _MANY
-            await cursor.execute(
-                _ALL_ROWS if many else _SOME_ROWS, (prefix,) if many else (prefix, changed)
-            )
-            return Changes(version, _rows(await cursor.fetchall()), removed)
+                self._tracked[store] = _ready(await cursor.fetchone())
+            plan = _refresh_plan(space, ".".join(namespace), self._tracked[store])
+            try:
+                query = next(plan)
+                while True:
+                    await cursor.execute(*query)
+                    query = plan.send(await cursor.fetchall())
+            except StopIteration as done:
+                return cast(Changes | None, done.value)
 
     def _fresh(self, store: BaseStore, namespace: tuple[str, ...]) -> _Namespace:
         """The namespace's index, refreshed; the caller must then hold its lock to read it."""
@@ -285,6 +277,53 @@ def _leading(space: _Namespace, limit: int) -> list[tuple[str, Mapping[str, Any]
     with space.lock:
         keys = dict.fromkeys([*space.corrections()[:limit], *space.by_confidence()[:limit]])
         return [(key, space.docs[key].value) for key in keys]
+
+
+Query = tuple[str, tuple[Any, ...]]
+
+
+def _refresh_plan(
+    space: _Namespace, prefix: str, tracked: bool
+) -> Generator[Query, list[Any], Changes | None]:
+    """The queries that bring ``space`` up to date, as a generator fed each query's rows.
+
+    Sync and async callers run the same plan. With change tracking the log names the keys
+    written since the index's counter; without it, every key's update time is compared.
+    """
+    rows = yield (VERSION_QUERY if tracked else _AGGREGATE, (prefix,))
+    version = _version(rows[0] if rows else None, tracked)
+    if space.loaded and version == space.version:
+        return None
+    since = _counter(space.version) if tracked and space.loaded else None
+    if since is not None:
+        changed = [row["key"] for row in (yield (CHANGED_KEYS_QUERY, (prefix, since)))]
+        removed: list[str] = []
+    else:
+        stamps = {row["key"]: _stamp(row["updated_at"]) for row in (yield (_STAMPS, (prefix,)))}
+        changed, removed = space.stale(stamps)
+    if not changed:
+        return Changes(version, [], removed)
+    every = len(changed) > _MANY
+    query: Query = (_ALL_ROWS, (prefix,)) if every else (_SOME_ROWS, (prefix, changed))
+    found = _rows((yield query))
+    if since is not None:
+        # A logged key that is no longer stored was deleted.
+        present = {key for key, _, _ in found}
+        removed = [key for key in (space.docs if every else changed) if key not in present]
+    return Changes(version, found, removed)
+
+
+def _counter(version: Hashable) -> int | None:
+    """The counter value of a tracked version, else None."""
+    if isinstance(version, tuple) and len(version) == 2 and version[0] == "counter":
+        return int(version[1])
+    return None
+
+
+def _ready(row: Any) -> bool:
+    if row is None:
+        return False
+    return bool(row["ready"] if isinstance(row, Mapping) else row[0])
 
 
 def _version(row: Any, tracked: bool) -> Hashable:

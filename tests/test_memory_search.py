@@ -713,3 +713,17 @@ def test_a_role_that_cannot_install_tracking_still_gets_fresh_results(
         with psycopg.connect(database_uri, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_a_burst_of_changes_is_read_back_in_one_pass(persistence: Persistence) -> None:
+    # More keys changed since the last search than are worth fetching one by one: the
+    # refresh reads the namespace whole and still notices the deleted fact.
+    repo = MemoryRepository(persistence.store)
+    context = Context(user_id=unique("u"))
+    repo.add_fact(context, "Uses Neovim", key="editor")
+    assert contents(repo.search(context, "neovim")) == ["Uses Neovim"]
+    repo.add_facts(context, [f"Knows language number {i}" for i in range(1_100)])
+    assert repo.forget(context, "editor")
+    assert repo.search(context, "neovim") == []
+    assert contents(repo.search(context, "number 1099", top_k=1)) == ["Knows language number 1099"]
+    assert len(repo.list_facts(context)) == 1_100
