@@ -135,8 +135,8 @@ class Settings:
     correction_budget: int = field(
         default=500,
         metadata={
-            "description": "Tokens of the memory view reserved for corrections, which are "
-            "chosen before ordinary facts."
+            "description": "Tokens of the memory view corrections may use; they are chosen "
+            "before ordinary facts, and the whole view stays within memory_budget."
         },
     )
     memory_age_from: Literal["created", "confirmed"] = field(
@@ -241,11 +241,6 @@ class Settings:
             )
         _require_int("memory_budget", self.memory_budget, minimum=50, example=2_000)
         _require_int("correction_budget", self.correction_budget, minimum=1, example=500)
-        if self.correction_budget > self.memory_budget:
-            raise SettingsError(
-                f"Settings.correction_budget ({self.correction_budget}) must not exceed "
-                f"memory_budget ({self.memory_budget})"
-            )
         if self.memory_age_from not in ("created", "confirmed"):
             raise SettingsError(
                 "Settings.memory_age_from must be 'created' or 'confirmed', "

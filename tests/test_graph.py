@@ -165,6 +165,11 @@ def test_router_rejects_unexpected_state() -> None:
         ({"trigger_tokens": 1_600}, r"summary_max_tokens \+ ledger_max_tokens"),
         ({"summary_input_budget": 10}, r"summary_input_budget must be"),
         ({"read_only_tools": ["x"]}, r"read_only_tools must be a tuple"),
+        ({"memory_mode": "always"}, r"memory_mode must be 'auto', 'tool' or 'off'"),
+        ({"memory_budget": 10}, r"memory_budget must be a whole number of at least 50"),
+        ({"correction_budget": 0}, r"correction_budget must be a whole number of at least 1"),
+        ({"memory_age_from": "updated"}, r"memory_age_from must be 'created' or 'confirmed'"),
+        ({"memory_search_max_tokens": 5}, r"memory_search_max_tokens must be a whole number"),
     ],
 )
 def test_settings_validation_names_the_setting(kwargs: dict[str, object], message: str) -> None:
@@ -174,6 +179,10 @@ def test_settings_validation_names_the_setting(kwargs: dict[str, object], messag
 
 def test_settings_from_env_and_mapping() -> None:
     assert Settings.from_env({"CTXGRAPH_CONTEXT_WINDOW": "32000"}).context_window == 32000
+    memory = Settings.from_env({"CTXGRAPH_MEMORY_MODE": "tool", "CTXGRAPH_MEMORY_BUDGET": "300"})
+    assert (memory.memory_mode, memory.memory_budget) == ("tool", 300)
+    with pytest.raises(SettingsError, match="memory_mode must be"):
+        Settings.from_env({"CTXGRAPH_MEMORY_MODE": "sometimes"})
     with pytest.raises(SettingsError, match="CTXGRAPH_CONTEXT_WINDOW must be a whole number"):
         Settings.from_env({"CTXGRAPH_CONTEXT_WINDOW": "lots"})
     with pytest.raises(SettingsError, match=r"unknown setting\(s\) \['trigger'\]"):

@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime
 
 from state.context import Context
-from store.memory import MemoryRepository
+from store.memory import MemoryRepository, ProfileUpdate
 from store.persistence import Persistence
 from tests.support.cli import run_ctxgraph
 
@@ -166,3 +166,45 @@ def test_search_ranks_facts_with_scores_and_stays_in_the_users_namespaces(
     )
     assert other.returncode == 0, other.stderr
     assert other.stdout == f"No remembered fact of user {user} (agent x) matches 'python'.\n"
+
+
+def test_a_broken_embedding_configuration_is_a_user_error(
+    python: str, subprocess_env: dict[str, str]
+) -> None:
+    env = {
+        **subprocess_env,
+        "CTXGRAPH_EMBEDDING_MODEL": "text-embedding-3-small",
+        "CTXGRAPH_EMBEDDING_DIMS": "many",
+    }
+    result = run_ctxgraph(python, env, "memory", "search", "--user", _user(), "anything")
+    assert result.returncode == 2
+    assert result.stderr.startswith("ctxgraph: CTXGRAPH_EMBEDDING_DIMS must be a whole number")
+
+
+def test_a_profile_over_the_memory_budget_stops_the_turn_with_advice(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    user = _user()
+    services = ", ".join(f"service {i}" for i in range(40))
+    MemoryRepository(persistence.store).update_profile(
+        Context(user_id=user),
+        ProfileUpdate(
+            section="work_context",
+            content=f"Works on {services}.",
+            scope="user",
+            durability="durable",
+            authority="descriptive",
+            confidence=0.9,
+            evidence_message_id="m1",
+            evidence_text="Works on",
+        ),
+    )
+    env = {**subprocess_env, "CTXGRAPH_MEMORY_BUDGET": "60"}
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    result = run_ctxgraph(python, env, "run", "--user", user, "--thread", thread, "hello")
+    assert result.returncode == 2
+    assert "ctxgraph: the memory profile is" in result.stderr
+    assert "shorten the profile sections" in result.stderr
+    # The message is kept in the thread.
+    shown = run_ctxgraph(python, subprocess_env, "threads", "show", thread)
+    assert "[1] user: hello" in shown.stdout

@@ -20,11 +20,13 @@ from graph.cli.memory import (
     search_memory,
 )
 from graph.cli.threads import UnknownThreadError, show_thread, verify_thread_command
+from nodes.memory.render import MemoryBudgetError
 from nodes.memory.worker import worker_from_env
 from state.context import Context, ContextError
 from state.models import ModelConfigError
 from state.settings import SettingsError
 from store.embedded import EmbeddedPostgresError
+from store.embeddings import EmbeddingConfigError
 from store.persistence import DatabaseError, open_persistence
 
 USER_ERRORS = (
@@ -35,6 +37,8 @@ USER_ERRORS = (
     DatabaseError,
     UnknownThreadError,
     UnknownFactError,
+    EmbeddingConfigError,
+    MemoryBudgetError,
 )
 
 
