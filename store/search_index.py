@@ -191,17 +191,24 @@ class FactIndexCache:
         self, store: BaseStore, namespace: tuple[str, ...], space: _Namespace
     ) -> Changes | None:
         if not isinstance(store, AsyncPostgresStore):
-            return _listing_changes(space, await _alist_all(store, namespace))
+            items = await _alist_all(store, namespace)
+            with space.lock:
+                return _listing_changes(space, items)
         async with store._cursor() as cursor:
             if store not in self._tracked:
                 await cursor.execute(tracking_probe)
                 self._tracked[store] = _ready(await cursor.fetchone())
             plan = _refresh_plan(space, ".".join(namespace), self._tracked[store])
+            # The plan reads the index between queries; a sync caller in another thread
+            # may be updating it, so each step holds its lock (never across an await).
             try:
-                query = next(plan)
+                with space.lock:
+                    query = next(plan)
                 while True:
                     await cursor.execute(*query)
-                    query = plan.send(await cursor.fetchall())
+                    rows = await cursor.fetchall()
+                    with space.lock:
+                        query = plan.send(rows)
             except StopIteration as done:
                 return cast(Changes | None, done.value)
 
