@@ -14,8 +14,10 @@ from graph import build_graph
 from graph.demo import demo_memory, demo_reply
 from graph.scripted_model import ScriptedChatModel
 from nodes.memory.render import MemoryBudgetError
+from nodes.memory.search_tool import clamp_limit, visible_results
 from state import Context, Models, Settings
 from state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
+from state.tokens import count_text
 from store.memory import MemoryRepository, ProfileUpdate
 from store.persistence import open_async_persistence
 from tests.support.scripted import block
@@ -225,3 +227,23 @@ async def test_tool_mode_on_async_postgres(database_uri: str) -> None:
         )
         rows = json.loads(str(result["messages"][2].content))
         assert [r["content"] for r in rows] == ["Lena writes services in Rust."]
+
+
+def test_search_results_are_capped_in_tokens_by_dropping_the_lowest_ranked() -> None:
+    store = InMemoryStore()
+    repo = MemoryRepository(store)
+    ctx = Context(user_id="lena")
+    for rank in range(10):
+        repo.add_fact(ctx, f"Lena's deploy note {rank}: " + "staging " * (120 - 5 * rank))
+    facts = repo.search(ctx, "deploy staging", top_k=10)
+    assert len(facts) == 10
+    everything = visible_results(facts, 100_000)
+    assert count_text(everything) > 900
+    capped = visible_results(facts, 900)
+    rows = json.loads(capped)
+    assert count_text(capped) <= 900
+    # Whole results, best first: a prefix of the full ranking, never a cut fact.
+    assert rows == json.loads(everything)[: len(rows)]
+    assert 0 < len(rows) < 10
+    assert visible_results(facts, 5) == "[]"
+    assert [clamp_limit(n) for n in (-3, 0, 1, 5, 10, 11, 500)] == [1, 1, 1, 5, 10, 10, 10]
