@@ -1,0 +1,59 @@
+"""The public names other graphs and tests rely on are importable where they are promised."""
+
+from __future__ import annotations
+
+import inspect
+
+
+def test_the_promised_imports_and_signatures() -> None:
+    from graph import build_graph
+    from nodes.compaction import partition_history
+    from nodes.memory import filter_for_memory, render_memory
+    from state import Context, Models, Settings
+    from state.summary import checksum
+    from store.memory import FactCandidate, MemoryRepository, accept_candidate
+    from store.search import final_score
+
+    assert list(inspect.signature(build_graph).parameters) == [
+        "checkpointer",
+        "store",
+        "models",
+        "tools",
+        "settings",
+    ]
+    assert list(inspect.signature(render_memory).parameters) == [
+        "profile",
+        "facts",
+        "mode",
+        "budget",
+        "correction_budget",
+        "top_n",
+        "query",
+    ]
+    search = inspect.signature(MemoryRepository.search).parameters
+    assert list(search)[:5] == ["self", "context", "query", "top_k", "now"]
+    assert search["top_k"].default == 5
+    add = inspect.signature(MemoryRepository.add_fact).parameters
+    assert (add["category"].default, add["confidence"].default) == ("context", 0.9)
+    assert list(inspect.signature(final_score).parameters) == [
+        "raw_bm25",
+        "confidence",
+        "created_at",
+        "now",
+    ]
+    settings = Settings()
+    assert (settings.memory_mode, settings.memory_budget, settings.correction_budget) == (
+        "auto",
+        2_000,
+        500,
+    )
+    assert (settings.trigger_tokens, settings.trigger_messages, settings.keep_messages) == (
+        18_000,
+        60,
+        8,
+    )
+    context = Context(user_id="u")
+    assert (context.agent_name, context.project_id) == ("default", None)
+    assert callable(partition_history) and callable(filter_for_memory)
+    assert callable(checksum) and callable(accept_candidate)
+    assert Models and FactCandidate
