@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
@@ -123,6 +124,31 @@ def _merge(
     }
 
 
+@dataclass(frozen=True)
+class _Addition:
+    """A fact being added directly (not extracted): everything but its key and content."""
+
+    category: str
+    confidence: float
+    now: datetime
+    source_thread: str | None = None
+    evidence: str | None = None
+
+    def value(self, stored: object, key: str, content: str) -> dict[str, Any]:
+        """The value to store under ``key``, given what is stored there (an Item or None)."""
+        return _merge(
+            stored.value if isinstance(stored, Item) else None,
+            key=key,
+            content=content,
+            category=self.category,
+            confidence=self.confidence,
+            now=self.now,
+            source_thread=self.source_thread,
+            evidence=self.evidence,
+            confirmed=False,
+        )
+
+
 def _fact(item: Item, scope: Literal["user", "project"]) -> Fact:
     return fact_from_value(item.key, item.value, scope)
 
@@ -217,18 +243,8 @@ class MemoryRepository:
     ) -> Fact:
         """Store ``content`` under ``key`` (default: derived from the content) and return it."""
         namespace, key, content = self._prepare_add(context, content, key, confidence, scope)
-        stored = self.store.get(namespace, key)
-        value = _merge(
-            None if stored is None else stored.value,
-            key=key,
-            content=content,
-            category=category,
-            confidence=confidence,
-            now=_utc(created_at),
-            source_thread=source_thread,
-            evidence=evidence,
-            confirmed=False,
-        )
+        added = _Addition(category, confidence, _utc(created_at), source_thread, evidence)
+        value = added.value(self.store.get(namespace, key), key, content)
         self.store.put(namespace, key, value, index=FACT_INDEX_FIELDS)
         return self._read_back(namespace, key, value, scope)
 
@@ -247,27 +263,13 @@ class MemoryRepository:
         Same rules as :meth:`add_fact`, in batches of ``BATCH`` Store operations.
         """
         prepared = [self._prepare_add(context, c, None, confidence, scope) for c in contents]
+        added = _Addition(category, confidence, _utc(created_at))
         for start in range(0, len(prepared), BATCH):
             chunk = prepared[start : start + BATCH]
             stored = self.store.batch([GetOp(ns, key) for ns, key, _ in chunk])
             self.store.batch(
                 [
-                    PutOp(
-                        ns,
-                        key,
-                        _merge(
-                            old.value if isinstance(old, Item) else None,
-                            key=key,
-                            content=text,
-                            category=category,
-                            confidence=confidence,
-                            now=_utc(created_at),
-                            source_thread=None,
-                            evidence=None,
-                            confirmed=False,
-                        ),
-                        index=FACT_INDEX_FIELDS,
-                    )
+                    PutOp(ns, key, added.value(old, key, text), index=FACT_INDEX_FIELDS)
                     for (ns, key, text), old in zip(chunk, stored, strict=True)
                 ]
             )
@@ -288,18 +290,8 @@ class MemoryRepository:
     ) -> Fact:
         """Async :meth:`add_fact`."""
         namespace, key, content = self._prepare_add(context, content, key, confidence, scope)
-        stored = await self.store.aget(namespace, key)
-        value = _merge(
-            None if stored is None else stored.value,
-            key=key,
-            content=content,
-            category=category,
-            confidence=confidence,
-            now=_utc(created_at),
-            source_thread=source_thread,
-            evidence=evidence,
-            confirmed=False,
-        )
+        added = _Addition(category, confidence, _utc(created_at), source_thread, evidence)
+        value = added.value(await self.store.aget(namespace, key), key, content)
         await self.store.aput(namespace, key, value, index=FACT_INDEX_FIELDS)
         return self._read_back(namespace, key, value, scope)
 
