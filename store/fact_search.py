@@ -16,7 +16,10 @@ from store.hybrid import fuse
 from store.search import AgeFrom, final_score
 from store.search_index import Hit
 
-__all__ = ["Source", "age_from_of", "check_search", "leading_facts", "rank"]
+__all__ = ["LeadingFact", "Source", "age_from_of", "check_search", "leading_facts", "rank"]
+
+LeadingFact = tuple[FactScope, str, Mapping[str, Any]]
+"""A fact offered regardless of the query: its scope, key and stored value."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,7 @@ def rank(
     return scored[:top_k]
 
 
-def leading_facts(
-    matches: Sequence[Fact], leading: Sequence[tuple[FactScope, str, Mapping[str, Any]]]
-) -> list[Fact]:
+def leading_facts(matches: Sequence[Fact], leading: Sequence[LeadingFact]) -> list[Fact]:
     """``matches`` followed by the ``leading`` facts not among them, without duplicates."""
     chosen: dict[tuple[str, str], Fact] = {(f.scope, f.id): f for f in matches}
     for scope, key, value in leading:

@@ -12,7 +12,14 @@ from typing import Any, Literal, cast, get_args
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from state.context import Context, ContextError
-from store.fact_search import Source, age_from_of, check_search, leading_facts, rank
+from store.fact_search import (
+    LeadingFact,
+    Source,
+    age_from_of,
+    check_search,
+    leading_facts,
+    rank,
+)
 from store.facts import Fact, FactScope, fact_from_value
 from store.hybrid import FACT_INDEX_FIELDS, asemantic_hits, semantic_enabled, semantic_hits
 from store.memory_rules import (
@@ -449,17 +456,44 @@ class MemoryRepository:
         by any process sharing the Store is found.
         """
         check_search(query, top_k)
-        terms = tokenize(query)
-        hybrid = semantic_enabled(self.store)
-        sources = [
-            Source(
-                scope,
-                fact_index_cache.search(self.store, namespace, terms, 2 * top_k),
-                semantic_hits(self.store, namespace, query, 2 * top_k) if hybrid else None,
-            )
-            for namespace, scope in self._search_scopes(context)
-        ]
+        sources, _ = self._sources(context, query, 2 * top_k)
         return rank(sources, top_k, now, age_from_of(context, age_from))
+
+    def _sources(
+        self, context: Context, query: str, limit: int, leading: int = 0
+    ) -> tuple[list[Source], list[LeadingFact]]:
+        """Candidates per namespace, each namespace refreshed once.
+
+        ``limit`` BM25 (and semantic) candidates for ``query`` and, with ``leading``, that
+        many of the most confident corrections and facts.
+        """
+        terms = tokenize(query)
+        hybrid = semantic_enabled(self.store) and bool(query.strip())
+        sources: list[Source] = []
+        first: list[LeadingFact] = []
+        for namespace, scope in self._search_scopes(context):
+            found = fact_index_cache.lookup(self.store, namespace, terms, limit, leading=leading)
+            near = semantic_hits(self.store, namespace, query, limit) if hybrid else None
+            sources.append(Source(scope, found.hits, near))
+            first += [(scope, key, value) for key, value in found.leading]
+        return sources, first
+
+    async def _asources(
+        self, context: Context, query: str, limit: int, leading: int = 0
+    ) -> tuple[list[Source], list[LeadingFact]]:
+        """Async :meth:`_sources`."""
+        terms = tokenize(query)
+        hybrid = semantic_enabled(self.store) and bool(query.strip())
+        sources: list[Source] = []
+        first: list[LeadingFact] = []
+        for namespace, scope in self._search_scopes(context):
+            found = await fact_index_cache.alookup(
+                self.store, namespace, terms, limit, leading=leading
+            )
+            near = await asemantic_hits(self.store, namespace, query, limit) if hybrid else None
+            sources.append(Source(scope, found.hits, near))
+            first += [(scope, key, value) for key, value in found.leading]
+        return sources, first
 
     async def asearch(
         self,
@@ -472,16 +506,7 @@ class MemoryRepository:
     ) -> list[Fact]:
         """Async :meth:`search`."""
         check_search(query, top_k)
-        terms = tokenize(query)
-        hybrid = semantic_enabled(self.store)
-        sources = [
-            Source(
-                scope,
-                await fact_index_cache.asearch(self.store, namespace, terms, 2 * top_k),
-                await asemantic_hits(self.store, namespace, query, 2 * top_k) if hybrid else None,
-            )
-            for namespace, scope in self._search_scopes(context)
-        ]
+        sources, _ = await self._asources(context, query, 2 * top_k)
         return rank(sources, top_k, now, age_from_of(context, age_from))
 
     def memory_candidates(
@@ -493,25 +518,15 @@ class MemoryRepository:
         corrections and the most confident facts, without duplicates. Read through the
         same fresh index as :meth:`search`, so a fact stored by any process is seen at once.
         """
-        matches = self.search(context, query, top_k=limit) if query and query.strip() else []
-        leading = [
-            (scope, key, value)
-            for namespace, scope in self._search_scopes(context)
-            for key, value in fact_index_cache.leading(self.store, namespace, limit)
-        ]
-        return leading_facts(matches, leading)
+        sources, first = self._sources(context, query or "", 2 * limit, leading=limit)
+        return leading_facts(rank(sources, limit, None, age_from_of(context, None)), first)
 
     async def amemory_candidates(
         self, context: Context, query: str | None, *, limit: int = CANDIDATES
     ) -> list[Fact]:
         """Async :meth:`memory_candidates`."""
-        matches = await self.asearch(context, query, top_k=limit) if query and query.strip() else []
-        leading = [
-            (scope, key, value)
-            for namespace, scope in self._search_scopes(context)
-            for key, value in await fact_index_cache.aleading(self.store, namespace, limit)
-        ]
-        return leading_facts(matches, leading)
+        sources, first = await self._asources(context, query or "", 2 * limit, leading=limit)
+        return leading_facts(rank(sources, limit, None, age_from_of(context, None)), first)
 
     def forget(self, context: Context, key: str) -> bool:
         """Delete ``key`` from the user's facts, else from the project's; True if deleted."""

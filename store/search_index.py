@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
@@ -32,13 +32,23 @@ from store.change_tracking import (
 )
 from store.search import tokenize
 
-__all__ = ["PAGE", "FactIndexCache", "Hit", "IndexedDoc", "fact_index_cache"]
+__all__ = ["PAGE", "FactIndexCache", "Hit", "IndexedDoc", "Lookup", "fact_index_cache"]
 
 PAGE = 1_000
 """Items read per Store call while listing a namespace of a store without SQL access."""
 
 Hit = tuple[str, float, Mapping[str, Any]]
 """A search match: key, raw BM25 score (negative, FTS5 sign) and the stored value."""
+
+
+class Lookup(NamedTuple):
+    """What one refreshed read of a namespace answers."""
+
+    hits: list[Hit]
+    """The best BM25 matches, best first."""
+    leading: list[tuple[str, Mapping[str, Any]]]
+    """The most confident corrections, then the most confident facts, without repeats."""
+
 
 _AGGREGATE = (
     "SELECT count(*) AS n, "
@@ -233,29 +243,33 @@ class FactIndexCache:
 
     # -- answers ------------------------------------------------------------------------
 
-    def search(
-        self, store: BaseStore, namespace: tuple[str, ...], terms: Sequence[str], limit: int
-    ) -> list[Hit]:
-        """The best ``limit`` BM25 matches of ``terms`` (plus any tied with the last one)."""
-        return _search(self._fresh(store, namespace), terms, limit)
+    def lookup(
+        self,
+        store: BaseStore,
+        namespace: tuple[str, ...],
+        terms: Sequence[str],
+        limit: int,
+        *,
+        leading: int = 0,
+    ) -> Lookup:
+        """Refresh once, then answer for ``terms`` and the leading facts.
 
-    async def asearch(
-        self, store: BaseStore, namespace: tuple[str, ...], terms: Sequence[str], limit: int
-    ) -> list[Hit]:
-        """Async :meth:`search`."""
-        return _search(await self._afresh(store, namespace), terms, limit)
+        The best ``limit`` BM25 matches (plus any tied with the last one) and, with
+        ``leading``, that many of the most confident corrections and facts.
+        """
+        return _lookup(self._fresh(store, namespace), terms, limit, leading)
 
-    def leading(
-        self, store: BaseStore, namespace: tuple[str, ...], limit: int
-    ) -> list[tuple[str, Mapping[str, Any]]]:
-        """The ``limit`` most confident corrections, then the ``limit`` most confident facts."""
-        return _leading(self._fresh(store, namespace), limit)
-
-    async def aleading(
-        self, store: BaseStore, namespace: tuple[str, ...], limit: int
-    ) -> list[tuple[str, Mapping[str, Any]]]:
-        """Async :meth:`leading`."""
-        return _leading(await self._afresh(store, namespace), limit)
+    async def alookup(
+        self,
+        store: BaseStore,
+        namespace: tuple[str, ...],
+        terms: Sequence[str],
+        limit: int,
+        *,
+        leading: int = 0,
+    ) -> Lookup:
+        """Async :meth:`lookup`."""
+        return _lookup(await self._afresh(store, namespace), terms, limit, leading)
 
     def values(
         self, store: BaseStore, namespace: tuple[str, ...]
@@ -274,16 +288,14 @@ class FactIndexCache:
             return [(key, doc.value) for key, doc in space.docs.items()]
 
 
-def _search(space: _Namespace, terms: Sequence[str], limit: int) -> list[Hit]:
+def _lookup(space: _Namespace, terms: Sequence[str], limit: int, leading: int) -> Lookup:
     with space.lock:
-        hits = space.index.search(terms, limit, ties=True)
-        return [(key, raw, space.docs[key].value) for key, raw in hits]
-
-
-def _leading(space: _Namespace, limit: int) -> list[tuple[str, Mapping[str, Any]]]:
-    with space.lock:
-        keys = dict.fromkeys([*space.corrections()[:limit], *space.by_confidence()[:limit]])
-        return [(key, space.docs[key].value) for key in keys]
+        hits = space.index.search(terms, limit, ties=True) if terms else []
+        first = [*space.corrections()[:leading], *space.by_confidence()[:leading]]
+        return Lookup(
+            [(key, raw, space.docs[key].value) for key, raw in hits],
+            [(key, space.docs[key].value) for key in dict.fromkeys(first)],
+        )
 
 
 Query = tuple[str, tuple[Any, ...]]

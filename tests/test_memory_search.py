@@ -727,3 +727,30 @@ def test_a_burst_of_changes_is_read_back_in_one_pass(persistence: Persistence) -
     assert repo.search(context, "neovim") == []
     assert contents(repo.search(context, "number 1099", top_k=1)) == ["Knows language number 1099"]
     assert len(repo.list_facts(context)) == 1_100
+
+
+def test_memory_candidates_refresh_each_namespace_once(
+    persistence: Persistence, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = MemoryRepository(persistence.store)
+    context = Context(user_id=unique("u"), project_id=unique("p"))
+    repo.add_fact(context, "Prefers tea", key="drink", confidence=0.95)
+    repo.add_fact(context, "Was wrong about the port", key="port", category="correction")
+    repo.add_fact(context, "Deploys with Helm", key="deploy", scope="project")
+    refreshed: list[tuple[str, ...]] = []
+    original = fact_index_cache._fresh
+
+    def counting(store: BaseStore, namespace: tuple[str, ...]) -> Any:
+        refreshed.append(namespace)
+        return original(store, namespace)
+
+    monkeypatch.setattr(fact_index_cache, "_fresh", counting)
+    found = repo.memory_candidates(context, "helm tea")
+    assert sorted(refreshed) == sorted(
+        [user_facts(context.user_id, "default"), project_facts(str(context.project_id))]
+    )
+    assert {(f.scope, f.key) for f in found} == {
+        ("user", "drink"),
+        ("user", "port"),
+        ("project", "deploy"),
+    }
