@@ -54,6 +54,9 @@ def test_the_promised_imports_and_signatures() -> None:
     )
     context = Context(user_id="u")
     assert (context.agent_name, context.project_id) == ("default", None)
-    assert callable(partition_history) and callable(filter_for_memory)
-    assert callable(checksum) and callable(accept_candidate)
-    assert Models and FactCandidate
+    assert list(inspect.signature(partition_history).parameters) == ["messages", "keep"]
+    assert next(iter(inspect.signature(filter_for_memory).parameters)) == "messages"
+    assert list(inspect.signature(checksum).parameters) == ["summary", "cursor", "event_ids"]
+    assert next(iter(inspect.signature(accept_candidate).parameters)) == "candidate"
+    assert list(inspect.signature(Models).parameters) == ["main", "summary", "memory"]
+    assert {"key", "content", "category", "scope", "confidence"} <= set(FactCandidate.model_fields)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+import nodes.memory.render as render_module
 from nodes.memory import MemoryBudgetError, render_memory
 from nodes.memory.render import FACTS_HEADING, MEMORY_HEADER, PROFILE_HEADING
 from state.tokens import count_text
@@ -77,6 +78,23 @@ def test_budget_exact_fit_and_one_token_over():
     assert "type hints" not in tighter
     assert tighter == full.rsplit("\n", 1)[0]
     assert count_text(tighter) <= total - 1
+
+
+def test_line_counting_falls_back_to_whole_text_counts_when_they_disagree(monkeypatch):
+    # Line-by-line counting is exact for cl100k; should the tokenizer ever merge across a
+    # line break, the selection is redone by counting every assembled prefix.
+    full = render_memory(PROFILE, FACTS)
+    total = count_text(full)
+    expected = render_memory(PROFILE, FACTS, budget=total - 1)
+    calls = []
+
+    def undercounting(lines):
+        calls.append(len(lines))
+        return max(0, sum(count_text(line + "\n") for line in lines) - 5)
+
+    monkeypatch.setattr(render_module, "_joined_tokens", undercounting)
+    assert render_memory(PROFILE, FACTS, budget=total - 1) == expected
+    assert calls  # the fast path ran, disagreed with the whole-text count, and was redone
 
 
 def test_oversized_profile_raises_with_advice():
