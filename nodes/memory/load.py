@@ -8,7 +8,6 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
-from langgraph.store.base import BaseStore
 
 from nodes.memory.render import render_memory
 from nodes.settings import effective_settings
@@ -37,13 +36,20 @@ class MemoryLoader:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
 
-    def _setup(self, runtime: Runtime[Context]) -> tuple[Context, Settings, BaseStore | None]:
+    def _job(
+        self, state: dict[str, Any], runtime: Runtime[Context]
+    ) -> tuple[Context, Settings, MemoryRepository, str] | None:
+        """Who, how and with which query to load; None when nothing is to be loaded."""
         context = require_context(runtime.context)
         settings = effective_settings(context, self._settings)
-        if settings.memory_mode != "off" and runtime.store is None:
+        if settings.memory_mode == "off":
+            return None
+        if runtime.store is None:
             # Like extraction, loading needs a Store; a graph compiled without one still runs.
             logger.debug("memory loading skipped: the graph has no store")
-        return context, settings, runtime.store
+            return None
+        query = latest_user_text(state.get("messages") or [])
+        return context, settings, MemoryRepository(runtime.store), query
 
     @staticmethod
     def _render(
@@ -61,26 +67,20 @@ class MemoryLoader:
 
     def load(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
         """Render this turn's memory view into state."""
-        context, settings, store = self._setup(runtime)
-        if store is None or settings.memory_mode == "off":
+        job = self._job(state, runtime)
+        if job is None:
             return {MEMORY_VIEW_KEY: ""}
-        repository = MemoryRepository(store)
-        query = latest_user_text(state.get("messages") or [])
-        facts = (
-            repository.memory_candidates(context, query) if settings.memory_mode == "auto" else []
-        )
+        context, settings, repository, query = job
+        auto = settings.memory_mode == "auto"
+        facts = repository.memory_candidates(context, query) if auto else []
         return self._render(repository.get_profile(context), facts, settings, query)
 
     async def aload(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
         """Async :meth:`load`."""
-        context, settings, store = self._setup(runtime)
-        if store is None or settings.memory_mode == "off":
+        job = self._job(state, runtime)
+        if job is None:
             return {MEMORY_VIEW_KEY: ""}
-        repository = MemoryRepository(store)
-        query = latest_user_text(state.get("messages") or [])
-        facts = (
-            await repository.amemory_candidates(context, query)
-            if settings.memory_mode == "auto"
-            else []
-        )
+        context, settings, repository, query = job
+        auto = settings.memory_mode == "auto"
+        facts = await repository.amemory_candidates(context, query) if auto else []
         return self._render(await repository.aget_profile(context), facts, settings, query)
