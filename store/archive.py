@@ -12,6 +12,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict, messages_to
 from langgraph.store.base import BaseStore, Item, SearchItem
 
 from state.summary import CHAIN_SEED, chain_hash, checksum
+from store.listing import alist_namespace, list_namespace
 from store.namespaces import thread_archive
 
 PAGE_SIZE = 100
@@ -141,25 +142,12 @@ class ThreadArchive:
 
     def records(self) -> list[ArchiveRecord]:
         """Every record, ordered by the version of its Store key."""
-        found: dict[int, ArchiveRecord] = {}
-        offset = 0
-        while True:
-            page = self.store.search(self.namespace, limit=self._page_size, offset=offset)
-            self._collect(found, page)
-            if len(page) < self._page_size:
-                return [found[version] for version in sorted(found)]
-            offset += len(page)
+        return self._ordered(list_namespace(self.store, self.namespace, page=self._page_size))
 
     async def arecords(self) -> list[ArchiveRecord]:
         """Async :meth:`records`."""
-        found: dict[int, ArchiveRecord] = {}
-        offset = 0
-        while True:
-            page = await self.store.asearch(self.namespace, limit=self._page_size, offset=offset)
-            self._collect(found, page)
-            if len(page) < self._page_size:
-                return [found[version] for version in sorted(found)]
-            offset += len(page)
+        items = await alist_namespace(self.store, self.namespace, page=self._page_size)
+        return self._ordered(items)
 
     def latest(self) -> ArchiveRecord | None:
         """The highest-version record, or None for an empty archive."""
@@ -184,12 +172,15 @@ class ThreadArchive:
         _check_query(query)
         return search_records(await self.arecords(), query, limit)
 
-    def _collect(self, found: dict[int, ArchiveRecord], page: list[SearchItem]) -> None:
-        """Add the version items of this archive's own namespace (not nested ones) to found."""
-        for item in page:
+    @staticmethod
+    def _ordered(items: list[SearchItem]) -> list[ArchiveRecord]:
+        """The version records among ``items``, ordered by version."""
+        found: dict[int, ArchiveRecord] = {}
+        for item in items:
             match = _KEY.fullmatch(item.key)
-            if item.namespace == self.namespace and match:
+            if match:
                 found[int(match.group(1))] = cast(ArchiveRecord, item.value)
+        return [found[version] for version in sorted(found)]
 
 
 def _check_query(query: str) -> None:

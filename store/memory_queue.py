@@ -10,9 +10,8 @@ from typing import Any
 from langgraph.store.base import BaseStore
 
 from state.context import Context
+from store.listing import list_namespace
 from store.namespaces import memory_queue
-
-PAGE = 100
 
 
 @dataclass(frozen=True)
@@ -103,17 +102,11 @@ class MemoryQueue:
     def due(self, *, quiet_seconds: float, now: datetime | None = None) -> list[PendingExtraction]:
         """Pending items whose thread has been quiet for ``quiet_seconds`` (0: all of them)."""
         moment = now or datetime.now(UTC)
-        found: list[PendingExtraction] = []
-        offset = 0
-        while True:
-            page = self._store.search(memory_queue(), limit=PAGE, offset=offset)
-            for item in page:
-                pending = PendingExtraction.from_value(item.value)
-                if (moment - pending.updated_at).total_seconds() >= quiet_seconds:
-                    found.append(pending)
-            if len(page) < PAGE:
-                return found
-            offset += len(page)
+        pending = [
+            PendingExtraction.from_value(item.value)
+            for item in list_namespace(self._store, memory_queue())
+        ]
+        return [p for p in pending if (moment - p.updated_at).total_seconds() >= quiet_seconds]
 
     def done(self, pending: PendingExtraction) -> None:
         """Remove an item once processed, unless newer rows arrived meanwhile."""

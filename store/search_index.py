@@ -30,12 +30,10 @@ from store.change_tracking import (
     row_version,
     tracking_probe,
 )
+from store.listing import alist_namespace, list_namespace
 from store.search import tokenize
 
-__all__ = ["PAGE", "FactIndexCache", "Hit", "IndexedDoc", "Lookup", "fact_index_cache"]
-
-PAGE = 1_000
-"""Items read per Store call while listing a namespace of a store without SQL access."""
+__all__ = ["FactIndexCache", "Hit", "IndexedDoc", "Lookup", "fact_index_cache"]
 
 Hit = tuple[str, float, Mapping[str, Any]]
 """A search match: key, raw BM25 score (negative, FTS5 sign) and the stored value."""
@@ -183,7 +181,7 @@ class FactIndexCache:
         self, store: BaseStore, namespace: tuple[str, ...], space: _Namespace
     ) -> Changes | None:
         if not isinstance(store, PostgresStore):
-            return _listing_changes(space, _list_all(store, namespace))
+            return _listing_changes(space, list_namespace(store, namespace))
         with store._cursor() as cursor:
             if store not in self._tracked:
                 cursor.execute(tracking_probe)
@@ -201,7 +199,7 @@ class FactIndexCache:
         self, store: BaseStore, namespace: tuple[str, ...], space: _Namespace
     ) -> Changes | None:
         if not isinstance(store, AsyncPostgresStore):
-            items = await _alist_all(store, namespace)
+            items = await alist_namespace(store, namespace)
             with space.lock:
                 return _listing_changes(space, items)
         async with store._cursor() as cursor:
@@ -364,24 +362,6 @@ def _listing_changes(space: _Namespace, items: list[Any]) -> Changes | None:
     wanted = set(changed)
     rows = [(i.key, stamps[i.key], i.value) for i in items if i.key in wanted]
     return Changes(version, rows, removed)
-
-
-def _list_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Any]:
-    items: list[Any] = []
-    while True:
-        page = store.search(namespace, limit=PAGE, offset=len(items))
-        items.extend(page)
-        if len(page) < PAGE:
-            return [item for item in items if item.namespace == namespace]
-
-
-async def _alist_all(store: BaseStore, namespace: tuple[str, ...]) -> list[Any]:
-    items: list[Any] = []
-    while True:
-        page = await store.asearch(namespace, limit=PAGE, offset=len(items))
-        items.extend(page)
-        if len(page) < PAGE:
-            return [item for item in items if item.namespace == namespace]
 
 
 fact_index_cache = FactIndexCache()
