@@ -43,13 +43,13 @@ from bench.session import (
     make_tools,
     peer_summary_responder,
 )
-from graph import build_graph
-from graph.scripted_model import ScriptedChatModel
-from nodes.compaction.summarizer import SUMMARY_SYSTEM
-from nodes.request import SUMMARY_MESSAGE_ID
-from state import Context, Models, Settings
-from state.tokens import TokenCounter, count_text
-from store.persistence import Persistence, open_persistence
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.nodes.request import SUMMARY_MESSAGE_ID
+from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.tokens import TokenCounter, count_text
+from ctxgraph.store.persistence.connection import Persistence, open_persistence
 
 CTXGRAPH = "ctxgraph"
 PEER = "peer"
@@ -391,7 +391,7 @@ def postgres(uri: str | None) -> Iterator[str]:
     if uri:
         yield uri
         return
-    from store.embedded import embedded_uri
+    from ctxgraph.store.persistence.embedded import embedded_uri
 
     home = Path(tempfile.mkdtemp(prefix="ctxgraph-bench-"))
     # Registered before the server starts, so it runs after the server's own stop at exit.

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from nodes.memory.filter import filter_for_memory, has_user_rows, render_rows
-from state.messages import ORIGIN_KEY
-from state.tokens import count_text, message_text
+from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows, render_rows
+from ctxgraph.state.messages import ORIGIN_KEY
+from ctxgraph.state.tokens import count_text, message_text
 
 TARGET_RATIO = 0.30
 """The filtered transcript must be at most this share of the raw one (totals)."""

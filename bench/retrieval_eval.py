@@ -32,9 +32,9 @@ from typing import Any
 
 from langgraph.store.memory import InMemoryStore
 
-from state.context import Context
-from store.embeddings import embedding_index
-from store.memory import MemoryRepository
+from ctxgraph.state.context import Context
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.persistence.vector_index import embedding_index
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "madial_zh"
 TARGET_RECALL_AT_5 = 0.75

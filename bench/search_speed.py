@@ -46,16 +46,16 @@ from langgraph.prebuilt import ToolRuntime
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
-from nodes.memory.load import MEMORY_VIEW_KEY, MemoryLoader
-from nodes.memory.search_tool import MemorySearch
-from state import Context, Settings
-from state.tokens import count_text
-from store import search as search_module
-from store.memory import BATCH, MemoryRepository
-from store.memory_rules import Category, normalize_text
-from store.persistence import open_persistence
-from store.search import STOP_WORDS, tokenize
-from store.search_index import fact_index_cache
+from ctxgraph.nodes.memory.load import MEMORY_VIEW_KEY, MemoryLoader
+from ctxgraph.nodes.memory.search_tool import MemorySearch
+from ctxgraph.state import Context, Settings
+from ctxgraph.state.tokens import count_text
+from ctxgraph.store.memory.repository import BATCH, MemoryRepository
+from ctxgraph.store.memory.rules import Category, normalize_text
+from ctxgraph.store.persistence.connection import open_persistence
+from ctxgraph.store.search import scoring as search_module
+from ctxgraph.store.search.index import fact_index_cache
+from ctxgraph.store.search.scoring import STOP_WORDS, tokenize
 
 TARGET_SIZE = 10_000
 TARGET_P50_MS = 5.0
@@ -505,7 +505,7 @@ def postgres() -> Iterator[tuple[str, str]]:
     if configured:
         yield configured, "DATABASE_URI"
         return
-    from store.embedded import embedded_uri
+    from ctxgraph.store.persistence.embedded import embedded_uri
 
     home = Path(tempfile.mkdtemp(prefix="ctxgraph-bench-"))
     # Registered before the server starts, so it runs after the server's own stop at exit.

@@ -17,9 +17,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
-from graph.demo import demo_summary
-from nodes.compaction.summarizer import SUMMARY_SYSTEM
-from state.tokens import count_text
+from ctxgraph.graph.demo import demo_summary
+from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.state.tokens import count_text
 
 USER_WORDS = (20, 60)
 """Words in one user message (inclusive range)."""

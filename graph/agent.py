@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import os
 
-from graph.environment import EnvironmentConfig
+from ctxgraph.graph.environment import EnvironmentConfig
 
 graph = EnvironmentConfig.read(os.environ).build()

@@ -12,21 +12,21 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
-from graph.input_check import attach_input_check
-from nodes.compaction.node import CompactNode
-from nodes.history_tool import read_history_tool
-from nodes.memory.load import MemoryLoader
-from nodes.memory.node import MemoryNodes
-from nodes.memory.search_tool import memory_search_tool
-from nodes.model import ModelNode
-from nodes.request import RequestBuilder
-from nodes.routing import route_after_model
-from nodes.tools import tools_node
-from state.context import Context
-from state.graph_state import AgentState, InputState, OutputState
-from state.models import Models
-from state.settings import Settings
-from state.tokens import TokenCounter
+from ctxgraph.graph.input_check import attach_input_check
+from ctxgraph.nodes.compaction.node import CompactNode
+from ctxgraph.nodes.history_tool import read_history_tool
+from ctxgraph.nodes.memory.load import MemoryLoader
+from ctxgraph.nodes.memory.node import MemoryNodes
+from ctxgraph.nodes.memory.search_tool import memory_search_tool
+from ctxgraph.nodes.model import ModelNode
+from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.routing import route_after_model
+from ctxgraph.nodes.tools import tools_node
+from ctxgraph.state.context import Context
+from ctxgraph.state.graph_state import AgentState, InputState, OutputState
+from ctxgraph.state.models import Models
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.tokens import TokenCounter
 
 Graph = CompiledStateGraph[AgentState, Context, InputState, OutputState]
 Builder = StateGraph[AgentState, Context, InputState, OutputState]

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
-from graph.scripted_model import ScriptedChatModel
-from nodes.compaction.summarizer import SUMMARY_SYSTEM
-from nodes.memory.extract import EXTRACTION_SYSTEM
-from state.messages import content_text, message_origin
-from state.models import Models
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.nodes.memory.extract import EXTRACTION_SYSTEM
+from ctxgraph.state.messages import content_text, message_origin
+from ctxgraph.state.models import Models
 
 _ARITHMETIC = re.compile(
     r"\b(?:what is|what's|compute|calculate)\s+(\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+)",

@@ -9,10 +9,10 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from graph.builder import Graph, build_graph
-from graph.demo import demo_tools
-from state.models import SCRIPTED_MODEL_NAME, Models
-from state.settings import Settings
+from ctxgraph.graph.builder import Graph, build_graph
+from ctxgraph.graph.demo import demo_tools
+from ctxgraph.state.models import SCRIPTED_MODEL_NAME, Models
+from ctxgraph.state.settings import Settings
 
 
 @dataclass(frozen=True)

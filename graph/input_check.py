@@ -15,7 +15,7 @@ from langgraph._internal._runnable import RunnableCallable
 from langgraph.graph import START
 from langgraph.graph.state import CompiledStateGraph
 
-from state.messages import check_input
+from ctxgraph.state.messages import check_input
 
 
 def _current_messages(config: RunnableConfig) -> list[Any]:

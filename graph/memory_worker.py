@@ -10,10 +10,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
-from nodes.memory.extract import MemoryExtractor
-from nodes.memory.worker import process_pending
-from state.models import Models
-from state.settings import Settings
+from ctxgraph.nodes.memory.extract import MemoryExtractor
+from ctxgraph.nodes.memory.worker import process_pending
+from ctxgraph.state.models import Models
+from ctxgraph.state.settings import Settings
 
 
 class WorkerStoreError(RuntimeError):

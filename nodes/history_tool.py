@@ -6,10 +6,10 @@ from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolRuntime
 
-from nodes.compaction.summarizer import transcript
-from state.context import Context
-from state.tokens import count_text
-from store.archive import ArchiveRecord, ThreadArchive, record_messages
+from ctxgraph.nodes.compaction.summarizer import transcript
+from ctxgraph.state.context import Context
+from ctxgraph.state.tokens import count_text
+from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, record_messages
 
 MAX_RESULT_TOKENS = 2_000
 MAX_MESSAGE_CHARS = 2_000

@@ -11,11 +11,11 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
-from nodes.request import RequestBuilder
-from nodes.settings import effective_settings
-from state.context import Context, require_context
-from state.models import input_window
-from state.settings import Settings
+from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.models import input_window
+from ctxgraph.state.settings import Settings
 
 
 class RequestTooLargeError(RuntimeError):

@@ -10,11 +10,11 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
-from nodes.compaction.partition import repair_tool_pairs
-from nodes.compaction.render import render_summary
-from state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
-from state.settings import Settings
-from state.tokens import TokenCounter
+from ctxgraph.nodes.compaction.partition import repair_tool_pairs
+from ctxgraph.nodes.compaction.render import render_summary
+from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.tokens import TokenCounter
 
 SUMMARY_MESSAGE_ID = "ctxgraph-summary"
 MEMORY_MESSAGE_ID = "ctxgraph-memory"

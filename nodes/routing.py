@@ -6,7 +6,7 @@ from typing import Literal
 
 from langchain_core.messages import AIMessage
 
-from state.graph_state import AgentState
+from ctxgraph.state.graph_state import AgentState
 
 
 def route_after_model(state: AgentState) -> Literal["tools", "finish"]:

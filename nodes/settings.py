@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from state.context import Context
-from state.settings import Settings
+from ctxgraph.state.context import Context
+from ctxgraph.state.settings import Settings
 
 
 def effective_settings(context: Context, default: Settings) -> Settings:

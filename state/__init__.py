@@ -1,10 +1,10 @@
 """State, runtime context, settings and model roles of a ctxgraph graph."""
 
-from state.context import Context, ContextError
-from state.graph_state import AgentState, InputState, OutputState
-from state.messages import MalformedMessagesError
-from state.models import ModelConfigError, Models
-from state.settings import Settings, SettingsError
+from ctxgraph.state.context import Context, ContextError
+from ctxgraph.state.graph_state import AgentState, InputState, OutputState
+from ctxgraph.state.messages import MalformedMessagesError
+from ctxgraph.state.models import ModelConfigError, Models
+from ctxgraph.state.settings import Settings, SettingsError
 
 __all__ = [
     "AgentState",

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from state.settings import Settings, SettingsError
+from ctxgraph.state.settings import Settings, SettingsError
 
 _LABEL = re.compile(r"^[A-Za-z0-9_\-@:+]{1,128}$")
 

@@ -87,7 +87,7 @@ class Models:
         if not name:
             raise ModelConfigError(ENVIRONMENT_HELP)
         if name == SCRIPTED_MODEL_NAME:
-            from graph.demo import demo_models
+            from ctxgraph.graph.demo import demo_models
 
             return demo_models()
         base_url = environ.get("OPENAI_BASE_URL", "").strip()

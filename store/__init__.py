@@ -1,20 +1,6 @@
-"""Persistence: the Postgres checkpointer and Store, and where the database lives."""
+"""The Store side of ctxgraph: the database, fact search and long-term memory.
 
-from store.embedded import EmbeddedPostgresError, database_uri
-from store.persistence import (
-    AsyncPersistence,
-    DatabaseError,
-    Persistence,
-    open_async_persistence,
-    open_persistence,
-)
-
-__all__ = [
-    "AsyncPersistence",
-    "DatabaseError",
-    "EmbeddedPostgresError",
-    "Persistence",
-    "database_uri",
-    "open_async_persistence",
-    "open_persistence",
-]
+Subpackages, lowest first: ``persistence`` (checkpointer, Store, embedded server, archive),
+``search`` (tokenizer, BM25, indexes, hybrid fusion) and ``memory`` (repository, rules,
+facts, queue); ``namespaces`` builds every Store namespace.
+"""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state.context import validate_label
+from ctxgraph.state.context import validate_label
 
 
 def _thread_label(thread_id: object) -> str:

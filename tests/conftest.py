@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from store.embedded import embedded_uri
-from store.persistence import Persistence, open_persistence
+from ctxgraph.store.persistence.connection import Persistence, open_persistence
+from ctxgraph.store.persistence.embedded import embedded_uri
 from tests.support.cli import REPO_ROOT
 
 

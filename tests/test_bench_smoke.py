@@ -8,7 +8,7 @@ import pytest
 
 from bench.compaction_bench import main
 from bench.session import RESULT_TOKENS, USER_WORDS, generate_session
-from state.tokens import count_text
+from ctxgraph.state.tokens import count_text
 
 EXPECTED_ROWS = (
     "Main-model requests",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from store.archive import ThreadArchive, version_key
-from store.namespaces import thread_archive
-from store.persistence import open_persistence
+from ctxgraph.store.namespaces import thread_archive
+from ctxgraph.store.persistence.archive import ThreadArchive, version_key
+from ctxgraph.store.persistence.connection import open_persistence
 from tests.support.cli import run_ctxgraph
 
 TURNS = [f"Note {n}: order A-{1000 + n} ships on 2026-09-{n + 10:02d}." for n in range(14)]

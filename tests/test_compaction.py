@@ -24,19 +24,19 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from graph import Graph, build_graph
-from graph.demo import demo_summary
-from graph.scripted_model import ScriptedChatModel
-from nodes.compaction.ledger import find_contradictions
-from nodes.compaction.node import CompactionError
-from nodes.compaction.render import render_sections, render_summary
-from nodes.compaction.summarizer import SUMMARY_TAGS, parse_sections, transcript
-from state import Context, Models, Settings
-from state.messages import message_origin
-from state.settings import DEFAULT_SYSTEM_PROMPT
-from state.summary import CHAIN_SEED, checksum
-from state.tokens import TokenCounter, count_text
-from store.archive import (
+from ctxgraph.graph import Graph, build_graph
+from ctxgraph.graph.demo import demo_summary
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.compaction.ledger import find_contradictions
+from ctxgraph.nodes.compaction.node import CompactionError
+from ctxgraph.nodes.compaction.render import render_sections, render_summary
+from ctxgraph.nodes.compaction.summarizer import SUMMARY_TAGS, parse_sections, transcript
+from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.messages import message_origin
+from ctxgraph.state.settings import DEFAULT_SYSTEM_PROMPT
+from ctxgraph.state.summary import CHAIN_SEED, checksum
+from ctxgraph.state.tokens import TokenCounter, count_text
+from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
     ThreadArchive,
     VerifyReport,
@@ -45,7 +45,7 @@ from store.archive import (
     record_messages,
     verify_thread,
 )
-from store.persistence import Persistence
+from ctxgraph.store.persistence.connection import Persistence
 from tests.support.scripted import (
     Dispatch,
     block,

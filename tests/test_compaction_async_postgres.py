@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from graph import build_graph
-from graph.demo import demo_models, demo_tools
-from state import Context, Settings
-from store.archive import ThreadArchive, averify_thread
-from store.persistence import open_async_persistence
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.demo import demo_models, demo_tools
+from ctxgraph.state import Context, Settings
+from ctxgraph.store.persistence.archive import ThreadArchive, averify_thread
+from ctxgraph.store.persistence.connection import open_async_persistence
 
 
 async def test_async_postgres_session_compacts_and_reads_history_back(

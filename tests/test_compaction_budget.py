@@ -10,11 +10,11 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from graph import build_graph
-from graph.scripted_model import ScriptedChatModel
-from nodes.compaction.ledger import render_ledger, render_ledger_within
-from state import Context, Models, Settings, SettingsError
-from state.tokens import TokenCounter, count_text
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.compaction.ledger import render_ledger, render_ledger_within
+from ctxgraph.state import Context, Models, Settings, SettingsError
+from ctxgraph.state.tokens import TokenCounter, count_text
 from tests.support.scripted import demo_summarizer, main_requests
 
 REPORT = "quarterly figures " * 350  # about 700 tokens per tool result

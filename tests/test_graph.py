@@ -9,13 +9,13 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graph import build_graph, create_builder
-from graph.demo import demo_models, demo_tools
-from graph.scripted_model import ScriptedChatModel, ScriptExhaustedError
-from nodes.model import RequestTooLargeError
-from nodes.routing import route_after_model
-from state import Context, Models, Settings, SettingsError
-from state.context import ContextError
+from ctxgraph.graph import build_graph, create_builder
+from ctxgraph.graph.demo import demo_models, demo_tools
+from ctxgraph.graph.scripted_model import ScriptedChatModel, ScriptExhaustedError
+from ctxgraph.nodes.model import RequestTooLargeError
+from ctxgraph.nodes.routing import route_after_model
+from ctxgraph.state import Context, Models, Settings, SettingsError
+from ctxgraph.state.context import ContextError
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
 

@@ -12,11 +12,11 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.base import SearchItem
 from langgraph.store.memory import InMemoryStore
 
-from state import Context
-from store.embeddings import EmbeddingConfigError, embedding_index
-from store.hybrid import fuse, semantic_enabled
-from store.memory import MemoryRepository
-from store.persistence import open_persistence
+from ctxgraph.state import Context
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.persistence.connection import open_persistence
+from ctxgraph.store.persistence.vector_index import EmbeddingConfigError, embedding_index
+from ctxgraph.store.search.hybrid import fuse, semantic_enabled
 
 CONCEPTS = {
     "coffee": ("coffee", "espresso", "latte", "咖啡", "拿铁"),

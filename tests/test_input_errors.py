@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
-from graph import build_graph
-from graph.demo import demo_models, demo_tools
-from state import Context, MalformedMessagesError
-from store.persistence import Persistence
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.demo import demo_models, demo_tools
+from ctxgraph.state import Context, MalformedMessagesError
+from ctxgraph.store.persistence.connection import Persistence
 
 BAD_INPUTS: list[tuple[Any, str]] = [
     (5, r"'messages' must be a list of messages .* got int: 5"),

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from state.summary import (
+from ctxgraph.state.summary import (
     CHAIN_SEED,
     SUMMARY_SCHEMA_VERSION,
     canonical_json,
@@ -19,7 +19,8 @@ from state.summary import (
     chain_hash,
     checksum,
 )
-from store.archive import (
+from ctxgraph.store.namespaces import thread_archive, thread_artifacts
+from ctxgraph.store.persistence.archive import (
     ArchiveConflictError,
     ArchiveRecord,
     ThreadArchive,
@@ -27,7 +28,6 @@ from store.archive import (
     verify_records,
     verify_thread,
 )
-from store.namespaces import thread_archive, thread_artifacts
 
 MARK_FIELDS = ("version", "cursor", "checksum", "chain_hash")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from nodes.compaction.ledger import (
+from ctxgraph.nodes.compaction.ledger import (
     Ledger,
     ToolCallEntry,
     bound_ledger,
@@ -22,7 +22,7 @@ from nodes.compaction.ledger import (
     render_ledger,
     render_ledger_within,
 )
-from state.tokens import count_text
+from ctxgraph.state.tokens import count_text
 
 
 def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from bench.memory_bench import generate_turns, main, measure
-from state.messages import is_real_user_message
+from ctxgraph.state.messages import is_real_user_message
 
 EXPECTED_ROWS = (
     "Tokens per turn, median",

@@ -6,9 +6,9 @@ import json
 import uuid
 from datetime import UTC, datetime
 
-from state.context import Context
-from store.memory import MemoryRepository, ProfileUpdate
-from store.persistence import Persistence
+from ctxgraph.state.context import Context
+from ctxgraph.store.memory.repository import MemoryRepository, ProfileUpdate
+from ctxgraph.store.persistence.connection import Persistence
 from tests.support.cli import run_ctxgraph
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from nodes.memory.filter import (
+from ctxgraph.nodes.memory.filter import (
     filter_for_memory,
     has_user_rows,
     is_ack_only,

@@ -9,14 +9,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from graph import build_graph
-from graph.demo import demo_memory, demo_models, demo_reply, demo_tools
-from graph.scripted_model import ScriptedChatModel
-from nodes.memory.extract import MEMORY_TAGS, MemoryExtractor
-from nodes.memory.worker import process_pending
-from state import Context, Models, Settings
-from store.memory import MemoryRepository
-from store.memory_queue import MemoryQueue
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.demo import demo_memory, demo_models, demo_reply, demo_tools
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.memory.extract import MEMORY_TAGS, MemoryExtractor
+from ctxgraph.nodes.memory.worker import process_pending
+from ctxgraph.state import Context, Models, Settings
+from ctxgraph.store.memory.queue import MemoryQueue
+from ctxgraph.store.memory.repository import MemoryRepository
 
 Responder = Callable[[list[BaseMessage]], AIMessage]
 

@@ -10,16 +10,16 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from graph import build_graph
-from graph.demo import demo_memory, demo_reply
-from graph.scripted_model import ScriptedChatModel
-from nodes.memory.render import MemoryBudgetError
-from nodes.memory.search_tool import clamp_limit, visible_results
-from state import Context, Models, Settings
-from state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
-from state.tokens import count_text
-from store.memory import MemoryRepository, ProfileUpdate
-from store.persistence import open_async_persistence
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.demo import demo_memory, demo_reply
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.memory.render import MemoryBudgetError
+from ctxgraph.nodes.memory.search_tool import clamp_limit, visible_results
+from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
+from ctxgraph.state.tokens import count_text
+from ctxgraph.store.memory.repository import MemoryRepository, ProfileUpdate
+from ctxgraph.store.persistence.connection import open_async_persistence
 from tests.support.scripted import block
 
 SYSTEM = "Be brief."

@@ -15,15 +15,15 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres import PostgresStore
 from psycopg.conninfo import make_conninfo
 
-import store.search_index
-from state.context import Context
-from state.settings import Settings
-from store.change_tracking import install_change_tracking
-from store.memory import Decision, Fact, FactCandidate, MemoryRepository
-from store.namespaces import project_facts, user_facts
-from store.persistence import Persistence, open_async_persistence
-from store.search import Bm25Index, final_score, tokenize
-from store.search_index import fact_index_cache
+from ctxgraph.state.context import Context
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.repository import Decision, Fact, FactCandidate, MemoryRepository
+from ctxgraph.store.namespaces import project_facts, user_facts
+from ctxgraph.store.persistence.change_tracking import install_change_tracking
+from ctxgraph.store.persistence.connection import Persistence, open_async_persistence
+from ctxgraph.store.search import index as search_index
+from ctxgraph.store.search.index import fact_index_cache
+from ctxgraph.store.search.scoring import Bm25Index, final_score, tokenize
 from tests.support.cli import run_module
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -98,7 +98,7 @@ def counted_tokenize(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(text)
         return tokenize(text)
 
-    monkeypatch.setattr(store.search_index, "tokenize", counting)
+    monkeypatch.setattr(search_index, "tokenize", counting)
     return calls
 
 

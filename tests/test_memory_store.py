@@ -11,8 +11,8 @@ import pytest
 from langgraph.store.memory import InMemoryStore
 from pydantic import ValidationError
 
-from state.context import Context, ContextError
-from store.memory import (
+from ctxgraph.state.context import Context, ContextError
+from ctxgraph.store.memory.repository import (
     HISTORY_LIMIT,
     Decision,
     FactCandidate,
@@ -22,8 +22,8 @@ from store.memory import (
     accept_candidate,
     accept_profile_update,
 )
-from store.namespaces import project_facts, thread_memory, user_facts, user_profile
-from store.persistence import Persistence
+from ctxgraph.store.namespaces import project_facts, thread_memory, user_facts, user_profile
+from ctxgraph.store.persistence.connection import Persistence
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 T1 = T0 + timedelta(days=3)
@@ -326,7 +326,7 @@ def test_isolation_in_postgres(persistence: Persistence) -> None:
 
 
 async def test_async_twins_in_postgres(database_uri: str) -> None:
-    from store.persistence import open_async_persistence
+    from ctxgraph.store.persistence.connection import open_async_persistence
 
     suffix = uuid.uuid4().hex[:10]
     async with open_async_persistence(database_uri) as opened:

@@ -14,18 +14,18 @@ import pytest
 from langchain_core.messages import AIMessage
 from langgraph.store.memory import InMemoryStore
 
-from graph.memory_worker import WorkerStoreError, build_worker_graph
-from graph.scripted_model import ScriptedChatModel
-from nodes.memory.extract import MemoryExtractor
-from nodes.memory.worker import process_pending, worker_from_env
-from state.context import Context
-from state.models import ModelConfigError, Models
-from state.settings import Settings
-from store.memory import MemoryRepository
-from store.memory_progress import ProcessedMessages
-from store.memory_queue import MemoryQueue
-from store.namespaces import memory_queue
-from store.persistence import Persistence
+from ctxgraph.graph.memory_worker import WorkerStoreError, build_worker_graph
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.memory.extract import MemoryExtractor
+from ctxgraph.nodes.memory.worker import process_pending, worker_from_env
+from ctxgraph.state.context import Context
+from ctxgraph.state.models import ModelConfigError, Models
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.progress import ProcessedMessages
+from ctxgraph.store.memory.queue import MemoryQueue
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.namespaces import memory_queue
+from ctxgraph.store.persistence.connection import Persistence
 from tests.support.cli import REPO_ROOT, run_ctxgraph
 
 SENTENCE = "I mainly do Python backend work."
@@ -136,9 +136,9 @@ def test_worker_from_env() -> None:
 CRASHING_CHILD = textwrap.dedent(
     """
     import os, sys, time
-    from state.context import Context
-    from store.memory_queue import MemoryQueue
-    from store.persistence import open_persistence
+    from ctxgraph.state.context import Context
+    from ctxgraph.store.memory.queue import MemoryQueue
+    from ctxgraph.store.persistence.connection import open_persistence
 
     thread_id, user_id, sentence = sys.argv[1:4]
     rows = [
@@ -221,7 +221,7 @@ def test_worker_graph_needs_a_store() -> None:
 
 def test_worker_graph_reads_the_model_when_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CTXGRAPH_MODEL", raising=False)
-    import graph.memory_worker as module
+    import ctxgraph.graph.memory_worker as module
 
     assert module.graph.name == "memory_worker"  # loading never needs a model
     worker = build_worker_graph(store=InMemoryStore())

@@ -22,11 +22,11 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field, SecretStr
 
-from graph import build_graph
-from nodes.history_tool import read_history_tool
-from nodes.memory.search_tool import memory_search_tool
-from state import Context, InputState, ModelConfigError, Models, Settings
-from store.persistence import Persistence
+from ctxgraph.graph import build_graph
+from ctxgraph.nodes.history_tool import read_history_tool
+from ctxgraph.nodes.memory.search_tool import memory_search_tool
+from ctxgraph.state import Context, InputState, ModelConfigError, Models, Settings
+from ctxgraph.store.persistence.connection import Persistence
 from tests.support.openai_server import EXHAUSTED, OpenAIServer, Reply, ToolCall
 
 SYSTEM = "You are the order desk. Answer in one sentence."

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from nodes.compaction import partition_history, repair_tool_pairs
-from nodes.compaction.partition import MISSING_RESULT
+from ctxgraph.nodes.compaction import partition_history, repair_tool_pairs
+from ctxgraph.nodes.compaction.partition import MISSING_RESULT
 
 
 def calls(*ids: str) -> AIMessage:

@@ -7,11 +7,15 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from graph import build_graph
-from graph.demo import demo_models, demo_tools
-from state import Context
-from store.embedded import EmbeddedPostgresError, database_uri, embedded_uri
-from store.persistence import DatabaseError, open_async_persistence, open_persistence
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.demo import demo_models, demo_tools
+from ctxgraph.state import Context
+from ctxgraph.store.persistence.connection import (
+    DatabaseError,
+    open_async_persistence,
+    open_persistence,
+)
+from ctxgraph.store.persistence.embedded import EmbeddedPostgresError, database_uri, embedded_uri
 from tests.support.cli import REPO_ROOT, run_ctxgraph
 
 

@@ -6,13 +6,13 @@ import inspect
 
 
 def test_the_promised_imports_and_signatures() -> None:
-    from graph import build_graph
-    from nodes.compaction import partition_history
-    from nodes.memory import filter_for_memory, render_memory
-    from state import Context, Models, Settings
-    from state.summary import checksum
-    from store.memory import FactCandidate, MemoryRepository, accept_candidate
-    from store.search import final_score
+    from ctxgraph.graph import build_graph
+    from ctxgraph.nodes.compaction import partition_history
+    from ctxgraph.nodes.memory import filter_for_memory, render_memory
+    from ctxgraph.state import Context, Models, Settings
+    from ctxgraph.state.summary import checksum
+    from ctxgraph.store.memory.repository import FactCandidate, MemoryRepository, accept_candidate
+    from ctxgraph.store.search.scoring import final_score
 
     assert list(inspect.signature(build_graph).parameters) == [
         "checkpointer",

@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-import nodes.memory.render as render_module
-from nodes.memory import MemoryBudgetError, render_memory
-from nodes.memory.render import FACTS_HEADING, MEMORY_HEADER, PROFILE_HEADING
-from state.tokens import count_text
-from store.memory import Fact
+import ctxgraph.nodes.memory.render as render_module
+from ctxgraph.nodes.memory import MemoryBudgetError, render_memory
+from ctxgraph.nodes.memory.render import FACTS_HEADING, MEMORY_HEADER, PROFILE_HEADING
+from ctxgraph.state.tokens import count_text
+from ctxgraph.store.memory.repository import Fact
 
 PROFILE = {
     "work_context": "Backend engineer working on a LangGraph service in Python.",

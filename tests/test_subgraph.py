@@ -12,10 +12,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from graph import build_graph
-from graph.demo import demo_models, demo_tools
-from graph.scripted_model import ScriptedChatModel
-from state import Context, Settings
+from ctxgraph.graph import build_graph
+from ctxgraph.graph.demo import demo_models, demo_tools
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.state import Context, Settings
 
 CALCULATION = "What is 17 * 23?"
 RECALL = "What did I say before?"

@@ -11,7 +11,13 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 
-from state.tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, TokenCounter, count_text, encoding
+from ctxgraph.state.tokens import (
+    REPLY_PRIMING,
+    TOKENS_PER_MESSAGE,
+    TokenCounter,
+    count_text,
+    encoding,
+)
 
 
 def test_counts_match_cl100k_reference_values() -> None:
@@ -79,7 +85,7 @@ CHILD = textwrap.dedent(
     socket.create_connection = refuse
     socket.getaddrinfo = refuse
 
-    from state.tokens import TokenCounter, count_text
+    from ctxgraph.state.tokens import TokenCounter, count_text
     from langchain_core.messages import HumanMessage
 
     print(count_text("hello world"), TokenCounter().count_message(HumanMessage("hi", id="x")))

@@ -1,5 +1,5 @@
 """The ``ctxgraph`` command-line interface."""
 
-from graph.cli.main import main
+from ctxgraph.graph.cli.main import main
 
 __all__ = ["main"]

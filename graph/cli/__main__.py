@@ -1,7 +1,7 @@
-"""Allows ``python -m graph.cli``."""
+"""Allows ``python -m ctxgraph.graph.cli``."""
 
 import sys
 
-from graph.cli.main import main
+from ctxgraph.graph.cli.main import main
 
 sys.exit(main())

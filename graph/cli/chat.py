@@ -9,11 +9,11 @@ from typing import TextIO
 
 from langchain_core.runnables import RunnableConfig
 
-from graph.cli.render import transcript_lines
-from graph.cli.turns import stream_turn
-from graph.environment import EnvironmentConfig
-from state.context import Context
-from store.persistence import open_persistence
+from ctxgraph.graph.cli.render import transcript_lines
+from ctxgraph.graph.cli.turns import stream_turn
+from ctxgraph.graph.environment import EnvironmentConfig
+from ctxgraph.state.context import Context
+from ctxgraph.store.persistence.connection import open_persistence
 
 EXIT_COMMANDS = {"/exit", "/quit"}
 RESUME_TAIL = 6

@@ -8,9 +8,9 @@ import sys
 import uuid
 from typing import TextIO
 
-from graph.cli.threads import show_thread, verify_thread_command
-from state.models import SCRIPTED_MODEL_NAME
-from store.persistence import open_persistence
+from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
+from ctxgraph.state.models import SCRIPTED_MODEL_NAME
+from ctxgraph.store.persistence.connection import open_persistence
 
 FIRST_PROCESS_TURNS = (
     "I am planning a trip to Kyoto in April. I land at Kansai airport on April 3 and leave on "
@@ -33,7 +33,16 @@ def _run_in_child(
 ) -> int:
     """Run turns in a fresh Python process, so only the database carries state across."""
     env = {**os.environ, "CTXGRAPH_MODEL": SCRIPTED_MODEL_NAME, **settings}
-    command = [sys.executable, "-m", "graph.cli", "run", "--user", user, "--thread", thread_id]
+    command = [
+        sys.executable,
+        "-m",
+        "ctxgraph.graph.cli",
+        "run",
+        "--user",
+        user,
+        "--thread",
+        thread_id,
+    ]
     completed = subprocess.run(
         [*command, *turns], env=env, capture_output=True, text=True, check=False
     )

@@ -8,9 +8,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from graph.cli.chat import prompt_lines, run_turns
-from graph.cli.demo import run_demo
-from graph.cli.memory import (
+from ctxgraph.graph.cli.chat import prompt_lines, run_turns
+from ctxgraph.graph.cli.demo import run_demo
+from ctxgraph.graph.cli.memory import (
     UnknownFactError,
     export_memory,
     forget_memory,
@@ -19,15 +19,15 @@ from graph.cli.memory import (
     process_memory,
     search_memory,
 )
-from graph.cli.threads import UnknownThreadError, show_thread, verify_thread_command
-from nodes.memory.render import MemoryBudgetError
-from nodes.memory.worker import worker_from_env
-from state.context import Context, ContextError
-from state.models import ModelConfigError
-from state.settings import SettingsError
-from store.embedded import EmbeddedPostgresError
-from store.embeddings import EmbeddingConfigError
-from store.persistence import DatabaseError, open_persistence
+from ctxgraph.graph.cli.threads import UnknownThreadError, show_thread, verify_thread_command
+from ctxgraph.nodes.memory.render import MemoryBudgetError
+from ctxgraph.nodes.memory.worker import worker_from_env
+from ctxgraph.state.context import Context, ContextError
+from ctxgraph.state.models import ModelConfigError
+from ctxgraph.state.settings import SettingsError
+from ctxgraph.store.persistence.connection import DatabaseError, open_persistence
+from ctxgraph.store.persistence.embedded import EmbeddedPostgresError
+from ctxgraph.store.persistence.vector_index import EmbeddingConfigError
 
 USER_ERRORS = (
     ModelConfigError,

@@ -7,13 +7,13 @@ from typing import TextIO
 
 from langgraph.store.base import BaseStore
 
-from nodes.memory.extract import MemoryExtractor
-from nodes.memory.search_tool import clamp_limit
-from nodes.memory.worker import Processed, process_pending
-from state.context import Context
-from state.settings import Settings
-from store.memory import Fact, MemoryRepository
-from store.memory_queue import MemoryQueue
+from ctxgraph.nodes.memory.extract import MemoryExtractor
+from ctxgraph.nodes.memory.search_tool import clamp_limit
+from ctxgraph.nodes.memory.worker import Processed, process_pending
+from ctxgraph.state.context import Context
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.queue import MemoryQueue
+from ctxgraph.store.memory.repository import Fact, MemoryRepository
 
 
 class UnknownFactError(LookupError):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from state.messages import content_text
+from ctxgraph.state.messages import content_text
 
 PREVIEW_CHARS = 300
 

@@ -7,10 +7,15 @@ from typing import Any, TextIO
 
 from langchain_core.messages import BaseMessage
 
-from graph.cli.render import transcript_lines
-from nodes.compaction.render import render_sections
-from store.archive import ArchiveRecord, ThreadArchive, record_messages, verify_records
-from store.persistence import Persistence
+from ctxgraph.graph.cli.render import transcript_lines
+from ctxgraph.nodes.compaction.render import render_sections
+from ctxgraph.store.persistence.archive import (
+    ArchiveRecord,
+    ThreadArchive,
+    record_messages,
+    verify_records,
+)
+from ctxgraph.store.persistence.connection import Persistence
 
 
 class UnknownThreadError(LookupError):

@@ -8,9 +8,9 @@ from typing import Any, TextIO, cast
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
-from graph.builder import Graph
-from graph.cli.render import tool_call_line, tool_result_line
-from state.context import Context
+from ctxgraph.graph.builder import Graph
+from ctxgraph.graph.cli.render import tool_call_line, tool_result_line
+from ctxgraph.state.context import Context
 
 
 def stream_turn(

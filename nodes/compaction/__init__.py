@@ -1,5 +1,5 @@
 """Compaction: partition, summary, ledger, verification and commit of a thread's window."""
 
-from nodes.compaction.partition import exchange_units, partition_history, repair_tool_pairs
+from ctxgraph.nodes.compaction.partition import exchange_units, partition_history, repair_tool_pairs
 
 __all__ = ["exchange_units", "partition_history", "repair_tool_pairs"]

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
-from nodes.compaction.identifiers import (
+from ctxgraph.nodes.compaction.identifiers import (
     claims_by_mention,
     error_outcome,
     extract_identifiers,
@@ -21,8 +21,8 @@ from nodes.compaction.identifiers import (
     split_sentences,
     token_pattern,
 )
-from state.messages import content_text, is_real_user_message
-from state.tokens import count_text
+from ctxgraph.state.messages import content_text, is_real_user_message
+from ctxgraph.state.tokens import count_text
 
 ToolCallStatus = Literal["planned", "succeeded", "failed", "cancelled", "unknown"]
 

@@ -13,26 +13,26 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
-from nodes.compaction.ledger import (
+from ctxgraph.nodes.compaction.ledger import (
     Ledger,
     bound_ledger,
     derive_ledger,
     empty_ledger,
     merge_ledgers,
 )
-from nodes.compaction.partition import partition_history
-from nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
-from nodes.compaction.triggers import fired_triggers
-from nodes.compaction.verify import size_problems, summary_problems
-from nodes.request import RequestBuilder, RequestSize, state_key
-from nodes.settings import effective_settings
-from state.context import Context, require_context
-from state.messages import is_real_user_message
-from state.models import Models, input_window
-from state.settings import Settings
-from state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
-from state.tokens import TokenCounter
-from store.archive import ArchiveRecord, ThreadArchive, build_record
+from ctxgraph.nodes.compaction.partition import partition_history
+from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
+from ctxgraph.nodes.compaction.triggers import fired_triggers
+from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
+from ctxgraph.nodes.request import RequestBuilder, RequestSize, state_key
+from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.messages import is_real_user_message
+from ctxgraph.state.models import Models, input_window
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
+from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, build_record
 
 logger = logging.getLogger("ctxgraph.compaction")
 

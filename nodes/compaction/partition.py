@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from state.messages import is_real_user_message
+from ctxgraph.state.messages import is_real_user_message
 
 MISSING_RESULT = (
     "No result was recorded for this tool call, so its outcome is unknown. "

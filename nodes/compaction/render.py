@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.compaction.ledger import Ledger, render_ledger_within
+from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger_within
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("session_intent", "SESSION INTENT"),

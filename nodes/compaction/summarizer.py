@@ -14,11 +14,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
-from nodes.compaction.partition import exchange_units
-from nodes.compaction.render import SECTIONS, render_sections
-from state.messages import content_text, message_origin
-from state.settings import Settings
-from state.tokens import TokenCounter, count_text
+from ctxgraph.nodes.compaction.partition import exchange_units
+from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
+from ctxgraph.state.messages import content_text, message_origin
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.tokens import TokenCounter, count_text
 
 logger = logging.getLogger("ctxgraph.compaction")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nodes.request import RequestSize
-from state.settings import Settings
+from ctxgraph.nodes.request import RequestSize
+from ctxgraph.state.settings import Settings
 
 
 def fired_triggers(

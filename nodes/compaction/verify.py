@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from nodes.compaction.ledger import Ledger, find_contradictions
-from nodes.compaction.render import SECTIONS, render_sections
-from nodes.compaction.triggers import fired_triggers
-from nodes.request import RequestSize
-from state.settings import Settings
-from state.summary import SUMMARY_SCHEMA_VERSION
-from state.tokens import count_text
+from ctxgraph.nodes.compaction.ledger import Ledger, find_contradictions
+from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
+from ctxgraph.nodes.compaction.triggers import fired_triggers
+from ctxgraph.nodes.request import RequestSize
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.summary import SUMMARY_SCHEMA_VERSION
+from ctxgraph.state.tokens import count_text
 
 
 def summary_problems(summary: dict[str, Any], settings: Settings) -> list[str]:

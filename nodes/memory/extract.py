@@ -13,9 +13,9 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
-from nodes.memory.filter import render_rows
-from state.context import Context
-from store.memory import (
+from ctxgraph.nodes.memory.filter import render_rows
+from ctxgraph.state.context import Context
+from ctxgraph.store.memory.repository import (
     Decision,
     Fact,
     FactCandidate,

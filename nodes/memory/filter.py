@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from state.messages import content_text, is_real_user_message, message_origin
+from ctxgraph.state.messages import content_text, is_real_user_message, message_origin
 
 USER = "user"
 ASSISTANT = "assistant"

@@ -9,12 +9,12 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
-from nodes.memory.render import render_memory
-from nodes.settings import effective_settings
-from state.context import Context, require_context
-from state.messages import content_text, is_real_user_message
-from state.settings import Settings
-from store.memory import Fact, MemoryRepository
+from ctxgraph.nodes.memory.render import render_memory
+from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.messages import content_text, is_real_user_message
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.repository import Fact, MemoryRepository
 
 logger = logging.getLogger("ctxgraph.memory")
 

@@ -12,16 +12,16 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
-from nodes.compaction.node import CompactNode
-from nodes.memory.extract import MemoryExtractor
-from nodes.memory.filter import filter_for_memory, has_user_rows
-from nodes.settings import effective_settings
-from state.context import Context, require_context
-from state.models import Models
-from state.settings import Settings
-from store.memory import MemoryRepository
-from store.memory_progress import ProcessedMessages
-from store.memory_queue import MemoryQueue
+from ctxgraph.nodes.compaction.node import CompactNode
+from ctxgraph.nodes.memory.extract import MemoryExtractor
+from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows
+from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.models import Models
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.progress import ProcessedMessages
+from ctxgraph.store.memory.queue import MemoryQueue
+from ctxgraph.store.memory.repository import MemoryRepository
 
 logger = logging.getLogger("ctxgraph.memory")
 

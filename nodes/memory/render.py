@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from state.tokens import count_text
-from store.search import relevance_scores
+from ctxgraph.state.tokens import count_text
+from ctxgraph.store.search.scoring import relevance_scores
 
 if TYPE_CHECKING:
-    from store.memory import Fact
+    from ctxgraph.store.memory.repository import Fact
 
 __all__ = [
     "BUDGET_MESSAGE",

@@ -8,11 +8,11 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolRuntime
 
-from nodes.settings import effective_settings
-from state.context import Context, require_context
-from state.settings import Settings
-from state.tokens import count_text
-from store.memory import Fact, MemoryRepository
+from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.tokens import count_text
+from ctxgraph.store.memory.repository import Fact, MemoryRepository
 
 MIN_LIMIT = 1
 MAX_LIMIT = 10

@@ -8,12 +8,12 @@ from datetime import datetime
 
 from langgraph.store.base import BaseStore
 
-from nodes.memory.extract import ExtractionResult, MemoryExtractor
-from state.models import Models
-from state.settings import Settings
-from store.memory import MemoryRepository
-from store.memory_progress import ProcessedMessages
-from store.memory_queue import MemoryQueue, PendingExtraction
+from ctxgraph.nodes.memory.extract import ExtractionResult, MemoryExtractor
+from ctxgraph.state.models import Models
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.progress import ProcessedMessages
+from ctxgraph.store.memory.queue import MemoryQueue, PendingExtraction
+from ctxgraph.store.memory.repository import MemoryRepository
 
 logger = logging.getLogger("ctxgraph.memory")
 

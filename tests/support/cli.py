@@ -11,8 +11,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 def run_ctxgraph(
     python: str, env: dict[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m graph.cli ARGS`` from the repository root and capture its output."""
-    return run_module(python, env, "graph.cli", *args, stdin=stdin)
+    """Run ``python -m ctxgraph.graph.cli ARGS`` from the repository root and capture its output."""
+    return run_module(python, env, "ctxgraph.graph.cli", *args, stdin=stdin)
 
 
 def run_module(

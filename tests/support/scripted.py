@@ -8,9 +8,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
-from graph.demo import demo_summary
-from graph.scripted_model import ScriptedChatModel
-from nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.graph.demo import demo_summary
+from ctxgraph.graph.scripted_model import ScriptedChatModel
+from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 
 MainReply = AIMessage | str | BaseException
 """What a main-model call answers: a reply, plain text, or an error to raise."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-from state.context import Context
-from store.memory import MemoryRepository
-from store.persistence import open_persistence
+from ctxgraph.state.context import Context
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.persistence.connection import open_persistence
 
 
 def main(argv: list[str]) -> int:

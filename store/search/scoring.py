@@ -13,7 +13,7 @@ from typing import Literal
 
 import jieba
 
-from store.bm25 import Bm25Index
+from ctxgraph.store.search.bm25 import Bm25Index
 
 __all__ = [
     "CONFIDENCE_WEIGHT",

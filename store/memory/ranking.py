@@ -9,12 +9,12 @@ from typing import Any
 
 from langgraph.store.base import SearchItem
 
-from state.context import Context
-from state.settings import Settings
-from store.facts import Fact, FactScope, fact_from_value
-from store.hybrid import fuse
-from store.search import AgeFrom, final_score
-from store.search_index import Hit
+from ctxgraph.state.context import Context
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
+from ctxgraph.store.search.hybrid import fuse
+from ctxgraph.store.search.index import Hit
+from ctxgraph.store.search.scoring import AgeFrom, final_score
 
 __all__ = ["LeadingFact", "Source", "age_from_of", "check_search", "leading_facts", "rank"]
 

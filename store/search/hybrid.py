@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 from langgraph.store.base import BaseStore, SearchItem
 
+from ctxgraph.store.persistence.vector_index import FACT_INDEX_FIELDS
+
 __all__ = [
     "FACT_INDEX_FIELDS",
     "SEMANTIC_WEIGHT",
@@ -20,9 +22,6 @@ __all__ = [
     "semantic_enabled",
     "semantic_hits",
 ]
-
-FACT_INDEX_FIELDS = ["content"]
-"""The part of a stored fact that is embedded when the Store has a vector index."""
 
 SEMANTIC_WEIGHT = 0.5
 """Share of the fused relevance that comes from semantic similarity."""

@@ -14,9 +14,9 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 from langgraph.store.postgres.base import PostgresIndexConfig
 
-from store.change_tracking import install_change_tracking
-from store.embedded import database_uri
-from store.embeddings import embedding_index
+from ctxgraph.store.persistence.change_tracking import install_change_tracking
+from ctxgraph.store.persistence.embedded import database_uri
+from ctxgraph.store.persistence.vector_index import embedding_index
 
 _prepared: set[tuple[str, bool]] = set()
 """Databases (and whether with vector tables) this process has already set up."""

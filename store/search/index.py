@@ -23,15 +23,15 @@ from typing import Any, NamedTuple, cast
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
-from store.bm25 import Bm25Index
-from store.change_tracking import (
+from ctxgraph.store.persistence.change_tracking import (
     CHANGED_KEYS_QUERY,
     VERSION_QUERY,
     row_version,
     tracking_probe,
 )
-from store.listing import alist_namespace, list_namespace
-from store.search import tokenize
+from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
+from ctxgraph.store.search.bm25 import Bm25Index
+from ctxgraph.store.search.scoring import tokenize
 
 __all__ = ["FactIndexCache", "Hit", "IndexedDoc", "Lookup", "fact_index_cache"]
 

@@ -11,9 +11,9 @@ from typing import Any, TypedDict, cast
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 from langgraph.store.base import BaseStore, Item, SearchItem
 
-from state.summary import CHAIN_SEED, chain_hash, checksum
-from store.listing import alist_namespace, list_namespace
-from store.namespaces import thread_archive
+from ctxgraph.state.summary import CHAIN_SEED, chain_hash, checksum
+from ctxgraph.store.namespaces import thread_archive
+from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
 
 PAGE_SIZE = 100
 """Items fetched per Store search while listing an archive."""

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from langgraph.store.base import BaseStore
 
-from store.namespaces import thread_memory
+from ctxgraph.store.namespaces import thread_memory
 
 PROCESSED_KEY = "processed"
 MAX_REMEMBERED_IDS = 5_000

@@ -9,9 +9,9 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
-from state.context import Context
-from store.listing import list_namespace
-from store.namespaces import memory_queue
+from ctxgraph.state.context import Context
+from ctxgraph.store.namespaces import memory_queue
+from ctxgraph.store.persistence.listing import list_namespace
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from typing import Any, Literal, cast, get_args
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
-from state.context import Context, ContextError
-from store.fact_search import (
+from ctxgraph.state.context import Context, ContextError
+from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
+from ctxgraph.store.memory.ranking import (
     LeadingFact,
     Source,
     age_from_of,
@@ -20,9 +21,7 @@ from store.fact_search import (
     leading_facts,
     rank,
 )
-from store.facts import Fact, FactScope, fact_from_value
-from store.hybrid import FACT_INDEX_FIELDS, asemantic_hits, semantic_enabled, semantic_hits
-from store.memory_rules import (
+from ctxgraph.store.memory.rules import (
     Category,
     Decision,
     FactCandidate,
@@ -35,9 +34,15 @@ from store.memory_rules import (
     slug_key,
     static_rejection,
 )
-from store.namespaces import project_facts, user_facts, user_profile
-from store.search import AgeFrom, tokenize
-from store.search_index import fact_index_cache
+from ctxgraph.store.namespaces import project_facts, user_facts, user_profile
+from ctxgraph.store.search.hybrid import (
+    FACT_INDEX_FIELDS,
+    asemantic_hits,
+    semantic_enabled,
+    semantic_hits,
+)
+from ctxgraph.store.search.index import fact_index_cache
+from ctxgraph.store.search.scoring import AgeFrom, tokenize
 
 __all__ = [
     "HISTORY_LIMIT",

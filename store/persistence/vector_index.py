@@ -1,15 +1,16 @@
-"""The optional embedding model behind hybrid search, configured from the environment."""
+"""The Store's optional vector index (an embedding model), configured from the environment."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from langchain_openai import OpenAIEmbeddings
 from langgraph.store.postgres.base import PostgresIndexConfig
 from pydantic import SecretStr
 
-from state.models import OPENAI_BASE_URL
-from store.hybrid import FACT_INDEX_FIELDS
+from ctxgraph.state.models import OPENAI_BASE_URL
+
+FACT_INDEX_FIELDS = ["content"]
+"""The part of a stored fact that is embedded when the Store has a vector index."""
 
 DEFAULT_DIMS = 1536
 """Vector size of OpenAI's ``text-embedding-3-small``."""
@@ -43,6 +44,9 @@ def embedding_index(environ: Mapping[str, str]) -> PostgresIndexConfig | None:
             "CTXGRAPH_EMBEDDING_MODEL needs OPENAI_API_KEY, or OPENAI_BASE_URL for an "
             "OpenAI-compatible server"
         )
+    # Imported here: the client library is only needed when an embedding model is set.
+    from langchain_openai import OpenAIEmbeddings
+
     embeddings = OpenAIEmbeddings(
         model=model,
         # Explicit, so the client does not fall back to variables outside ``environ``.

@@ -1,0 +1,52 @@
+"""ctxgraph: verified compaction and governed long-term memory for LangGraph agents.
+
+The public names below load on first use, so ``import ctxgraph`` (and the command line)
+stays fast; ``from ctxgraph import build_graph`` works as usual.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxgraph.graph.builder import build_graph, create_builder
+    from ctxgraph.state.context import Context
+    from ctxgraph.state.models import Models
+    from ctxgraph.state.settings import Settings
+    from ctxgraph.store.memory.repository import MemoryRepository
+
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "build_graph": "ctxgraph.graph.builder",
+    "create_builder": "ctxgraph.graph.builder",
+    "Context": "ctxgraph.state.context",
+    "Models": "ctxgraph.state.models",
+    "Settings": "ctxgraph.state.settings",
+    "MemoryRepository": "ctxgraph.store.memory.repository",
+}
+
+__all__ = [
+    "Context",
+    "MemoryRepository",
+    "Models",
+    "Settings",
+    "__version__",
+    "build_graph",
+    "create_builder",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module the first time it is asked for."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ctxgraph' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,29 @@
+"""Long-term memory: the repository, its acceptance rules, fact records and the work queue."""
+
+from ctxgraph.store.memory.repository import (
+    HISTORY_LIMIT,
+    PROFILE_SECTIONS,
+    SECTION_LIMIT,
+    Decision,
+    Fact,
+    FactCandidate,
+    MemoryRepository,
+    MemoryUpdate,
+    ProfileUpdate,
+    accept_candidate,
+    accept_profile_update,
+)
+
+__all__ = [
+    "HISTORY_LIMIT",
+    "PROFILE_SECTIONS",
+    "SECTION_LIMIT",
+    "Decision",
+    "Fact",
+    "FactCandidate",
+    "MemoryRepository",
+    "MemoryUpdate",
+    "ProfileUpdate",
+    "accept_candidate",
+    "accept_profile_update",
+]
