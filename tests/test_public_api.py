@@ -11,8 +11,8 @@ def test_the_promised_imports_and_signatures() -> None:
     from ctxgraph.nodes.memory import filter_for_memory, render_memory
     from ctxgraph.state import Context, Models, Settings
     from ctxgraph.state.summary import checksum
-    from ctxgraph.store.memory.repository import FactCandidate, MemoryRepository, accept_candidate
-    from ctxgraph.store.search.scoring import final_score
+    from ctxgraph.store.memory import FactCandidate, MemoryRepository, accept_candidate
+    from ctxgraph.store.search import final_score
 
     assert list(inspect.signature(build_graph).parameters) == [
         "checkpointer",
@@ -60,3 +60,30 @@ def test_the_promised_imports_and_signatures() -> None:
     assert next(iter(inspect.signature(accept_candidate).parameters)) == "candidate"
     assert list(inspect.signature(Models).parameters) == ["main", "summary", "memory"]
     assert {"key", "content", "category", "scope", "confidence"} <= set(FactCandidate.model_fields)
+
+
+def test_the_package_root_exports_the_main_names() -> None:
+    import ctxgraph
+    from ctxgraph import Context, MemoryRepository, Models, Settings, build_graph, create_builder
+    from ctxgraph.graph.builder import build_graph as built_in_builder
+    from ctxgraph.state.context import Context as ContextClass
+    from ctxgraph.store.persistence import open_async_persistence, open_persistence
+
+    assert build_graph is built_in_builder
+    assert Context is ContextClass
+    exported = {"build_graph", "create_builder", "Context", "Models", "Settings"}
+    assert exported | {"MemoryRepository", "__version__"} <= set(ctxgraph.__all__)
+    assert ctxgraph.__version__.count(".") == 2
+    assert callable(create_builder) and callable(open_persistence)
+    assert callable(open_async_persistence)
+    assert MemoryRepository.__name__ == "MemoryRepository"
+    assert Models.__name__ == "Models" and Settings.__name__ == "Settings"
+
+
+def test_an_unknown_name_is_a_clear_attribute_error() -> None:
+    import pytest
+
+    import ctxgraph
+
+    with pytest.raises(AttributeError, match="no attribute 'build_grpah'"):
+        _ = ctxgraph.build_grpah  # type: ignore[attr-defined]
