@@ -14,6 +14,7 @@ from langgraph.runtime import Runtime
 from ctxgraph.nodes.request import RequestBuilder
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
 
@@ -39,9 +40,7 @@ class ModelNode:
         self._settings = settings
         self._builder = builder
 
-    def _checked_request(
-        self, state: dict[str, Any], runtime: Runtime[Context]
-    ) -> list[BaseMessage]:
+    def _checked_request(self, state: AgentState, runtime: Runtime[Context]) -> list[BaseMessage]:
         settings = effective_settings(require_context(runtime.context), self._settings)
         request = self._builder.build(state, settings)
         window = input_window(self._model, settings.context_window)
@@ -61,10 +60,10 @@ class ModelNode:
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
         return {"messages": [reply]}
 
-    def invoke(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
+    def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""
         return self._update(self._bound.invoke(self._checked_request(state, runtime)))
 
-    async def ainvoke(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
+    async def ainvoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Asynchronous model call."""
         return self._update(await self._bound.ainvoke(self._checked_request(state, runtime)))

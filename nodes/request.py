@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
 from ctxgraph.nodes.compaction.partition import repair_tool_pairs
 from ctxgraph.nodes.compaction.render import render_summary
+from ctxgraph.nodes.request_size import RequestSize, state_key
+from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
@@ -19,14 +20,6 @@ from ctxgraph.state.tokens import TokenCounter
 SUMMARY_MESSAGE_ID = "ctxgraph-summary"
 MEMORY_MESSAGE_ID = "ctxgraph-memory"
 SYSTEM_PROMPT_ID = "ctxgraph-system-prompt"
-
-
-@dataclass(frozen=True)
-class RequestSize:
-    """How big the next model request is."""
-
-    tokens: int
-    messages: int
 
 
 def summary_message(summary: dict[str, Any], version: int, ledger_tokens: int) -> HumanMessage:
@@ -51,19 +44,11 @@ def memory_message(view: str) -> HumanMessage:
     )
 
 
-def state_key(state: dict[str, Any], settings: Settings) -> Hashable:
-    """What a request depends on: the window, the summary mark, the memory view, settings."""
-    window: Sequence[BaseMessage] = state.get("messages") or []
-    return (
-        tuple((m.id, len(m.content)) for m in window),
-        (state.get("compaction") or {}).get("checksum"),
-        state.get("memory_view") or "",
-        settings,
-    )
-
-
 class RequestBuilder:
-    """Builds ``[system rules] + [memory view] + [summary data] + working messages``."""
+    """Builds ``[system rules] + [memory view] + [summary data] + working messages``.
+
+    It is the ``RequestMeasurer`` the compaction node measures requests with.
+    """
 
     def __init__(self, tools: Sequence[BaseTool], counter: TokenCounter) -> None:
         self._counter = counter
@@ -81,9 +66,9 @@ class RequestBuilder:
         """Tokens of the bound tool schemas, sent with every request."""
         return self._tool_tokens
 
-    def build(self, state: dict[str, Any], settings: Settings) -> list[BaseMessage]:
+    def build(self, state: AgentState, settings: Settings) -> list[BaseMessage]:
         """The messages the main model receives for ``state``."""
-        window: Sequence[BaseMessage] = state.get("messages") or []
+        window: Sequence[AnyMessage] = state.get("messages") or []
         leading = 0
         while leading < len(window) and isinstance(window[leading], SystemMessage):
             leading += 1
@@ -120,7 +105,7 @@ class RequestBuilder:
             self._summary_cache = (key, message)
         return message
 
-    def summary_tokens(self, state: dict[str, Any], settings: Settings) -> int:
+    def summary_tokens(self, state: AgentState, settings: Settings) -> int:
         """Tokens of the summary message a request for ``state`` carries (0 without one)."""
         summary = state.get("summary")
         if not summary:
@@ -128,7 +113,7 @@ class RequestBuilder:
         mark = state.get("compaction") or {}
         return self._counter.count_message(self._summary_message(summary, mark, settings))
 
-    def measure_state(self, state: dict[str, Any], settings: Settings) -> RequestSize:
+    def measure_state(self, state: AgentState, settings: Settings) -> RequestSize:
         """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
         key = state_key(state, settings)
         if self._size_cache is not None and self._size_cache[0] == key:

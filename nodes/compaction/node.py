@@ -7,7 +7,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.messages import AnyMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
@@ -24,9 +24,10 @@ from ctxgraph.nodes.compaction.partition import partition_history
 from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
-from ctxgraph.nodes.request import RequestBuilder, RequestSize, state_key
+from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize, state_key
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import is_real_user_message
 from ctxgraph.state.models import Models, input_window
 from ctxgraph.state.settings import Settings
@@ -47,8 +48,8 @@ class Plan:
 
     settings: Settings
     archive: ThreadArchive
-    old: list[BaseMessage]
-    kept: list[BaseMessage]
+    old: list[AnyMessage]
+    kept: list[AnyMessage]
     previous: dict[str, Any] | None
     mark: dict[str, Any]
     before: RequestSize
@@ -76,7 +77,7 @@ class CompactNode:
     """Router and node: decides when to compact, then summarizes, verifies and commits."""
 
     def __init__(
-        self, models: Models, builder: RequestBuilder, settings: Settings, counter: TokenCounter
+        self, models: Models, builder: RequestMeasurer, settings: Settings, counter: TokenCounter
     ) -> None:
         self._main = models.main
         self._builder = builder
@@ -84,25 +85,19 @@ class CompactNode:
         self._counter = counter
         self._writer = SummaryWriter([models.summary_model, models.main], counter)
         # The last split: the flush node and the compact node of one step split one state.
-        self._split_cache: tuple[Hashable, tuple[list[BaseMessage], list[BaseMessage]]] | None = (
-            None
-        )
+        self._split_cache: tuple[Hashable, tuple[list[AnyMessage], list[AnyMessage]]] | None = None
 
-    def _measure(self, state: dict[str, Any], settings: Settings) -> RequestSize:
+    def _measure(self, state: AgentState, settings: Settings) -> RequestSize:
         return self._builder.measure_state(state, settings)
 
-    def route(
-        self, state: dict[str, Any], runtime: Runtime[Context]
-    ) -> Literal["compact", "model"]:
+    def route(self, state: AgentState, runtime: Runtime[Context]) -> Literal["compact", "model"]:
         """Send the run through ``compact`` when any trigger fires for the next request."""
         settings = effective_settings(require_context(runtime.context), self._settings)
         size = self._measure(state, settings)
         window = input_window(self._main, settings.context_window)
         return "compact" if fired_triggers(size, settings, window) else "model"
 
-    def _plan(
-        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
-    ) -> Plan:
+    def _plan(self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig) -> Plan:
         settings = effective_settings(require_context(runtime.context), self._settings)
         previous: dict[str, Any] | None = state.get("summary")
         window = input_window(self._main, settings.context_window)
@@ -122,8 +117,8 @@ class CompactNode:
         )
 
     def split(
-        self, state: dict[str, Any], settings: Settings
-    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        self, state: AgentState, settings: Settings
+    ) -> tuple[list[AnyMessage], list[AnyMessage]]:
         """The ``(old, kept)`` split the next compaction of ``state`` will use.
 
         Deterministic for a given state, so the flush node hands memory extraction exactly
@@ -137,8 +132,8 @@ class CompactNode:
         return split
 
     def _choose_split(
-        self, state: dict[str, Any], settings: Settings
-    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        self, state: AgentState, settings: Settings
+    ) -> tuple[list[AnyMessage], list[AnyMessage]]:
         window = input_window(self._main, settings.context_window)
         messages = state.get("messages") or []
         expected_summary = self._expected_summary(state, settings)
@@ -153,7 +148,7 @@ class CompactNode:
 
     @staticmethod
     def _ledger(
-        previous: dict[str, Any] | None, old: list[BaseMessage], settings: Settings
+        previous: dict[str, Any] | None, old: list[AnyMessage], settings: Settings
     ) -> Ledger:
         """The previous ledger plus what the folded messages add, within its bounds."""
         merged = merge_ledgers(
@@ -167,7 +162,7 @@ class CompactNode:
         )
         return bounded
 
-    def _expected_summary(self, state: dict[str, Any], settings: Settings) -> int:
+    def _expected_summary(self, state: AgentState, settings: Settings) -> int:
         """A cautious guess at the next summary message's size: the current one's plus 15%."""
         current = self._builder.summary_tokens(state, settings)
         if not current:
@@ -178,20 +173,20 @@ class CompactNode:
 
     def _room_after(
         self,
-        state: dict[str, Any],
-        kept: list[BaseMessage],
+        state: AgentState,
+        kept: list[AnyMessage],
         expected_summary: int,
         settings: Settings,
         window: int | None,
     ) -> bool:
         """Whether ``kept`` plus a summary of the expected size leaves room under the triggers."""
-        after = {"messages": kept, "memory_view": state.get("memory_view") or ""}
+        after: AgentState = {"messages": kept, "memory_view": state.get("memory_view") or ""}
         size = self._builder.measure(self._builder.build(after, settings))
         expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
         return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
 
     def invoke(
-        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Synchronous compaction."""
         plan = self._plan(state, runtime, config)
@@ -209,7 +204,7 @@ class CompactNode:
         return update
 
     async def ainvoke(
-        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Asynchronous compaction."""
         plan = self._plan(state, runtime, config)
@@ -275,7 +270,7 @@ class CompactNode:
             )
         return {}
 
-    def _largest(self, messages: list[BaseMessage]) -> str:
+    def _largest(self, messages: list[AnyMessage]) -> str:
         if not messages:
             return "the system prompt and tool schemas alone are too large"
         biggest = max(messages, key=self._counter.count_message)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage, ToolMessage
 
 from ctxgraph.state.messages import is_real_user_message
 
@@ -13,15 +14,17 @@ MISSING_RESULT = (
     "Do not assume it succeeded or failed; check before repeating it."
 )
 
+M = TypeVar("M", bound=BaseMessage)
 
-def exchange_units(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
+
+def exchange_units(messages: Sequence[M]) -> list[list[M]]:
     """Group messages into units that must not be split.
 
     An assistant message with tool calls and the tool results that answer it (parallel
     calls included) form one unit; every other message is a unit of its own.
     """
-    units: list[list[BaseMessage]] = []
-    open_unit: list[BaseMessage] | None = None
+    units: list[list[M]] = []
+    open_unit: list[M] | None = None
     open_ids: set[str] = set()
     for message in messages:
         if (
@@ -43,8 +46,8 @@ def exchange_units(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
 
 
 def repair_tool_pairs(
-    messages: Sequence[BaseMessage],
-) -> tuple[list[BaseMessage], list[BaseMessage]]:
+    messages: Sequence[AnyMessage],
+) -> tuple[list[AnyMessage], list[AnyMessage]]:
     """Make messages safe to send: every tool result follows its call, every call is answered.
 
     Returns ``(repaired, everything)``. ``repaired`` drops orphan tool results (no earlier
@@ -53,15 +56,15 @@ def repair_tool_pairs(
     alone, since the tools node has not run them yet. ``everything`` is ``repaired`` with
     the orphans back in their original places, for archiving.
     """
-    repaired: list[BaseMessage] = []
-    everything: list[BaseMessage] = []
+    repaired: list[AnyMessage] = []
+    everything: list[AnyMessage] = []
     units = exchange_units(messages)
     for position, unit in enumerate(units):
         head = unit[0]
         if isinstance(head, ToolMessage):
             everything.append(head)
             continue
-        synthetic: list[BaseMessage] = []
+        synthetic: list[AnyMessage] = []
         if isinstance(head, AIMessage) and head.tool_calls:
             answered = {m.tool_call_id for m in unit[1:] if isinstance(m, ToolMessage)}
             pending = position == len(units) - 1 and not answered
@@ -71,7 +74,7 @@ def repair_tool_pairs(
     return repaired, everything
 
 
-def _missing_results(call_message: AIMessage, answered: set[str]) -> list[BaseMessage]:
+def _missing_results(call_message: AIMessage, answered: set[str]) -> list[AnyMessage]:
     return [
         ToolMessage(
             content=MISSING_RESULT,
@@ -85,7 +88,7 @@ def _missing_results(call_message: AIMessage, answered: set[str]) -> list[BaseMe
     ]
 
 
-def _cut_index(units: list[list[BaseMessage]], keep: int) -> int:
+def _cut_index(units: Sequence[Sequence[BaseMessage]], keep: int) -> int:
     """Index of the first unit kept so that at least ``keep`` messages stay verbatim."""
     kept = 0
     index = len(units)
@@ -96,8 +99,8 @@ def _cut_index(units: list[list[BaseMessage]], keep: int) -> int:
 
 
 def partition_history(
-    messages: Sequence[BaseMessage], keep: int
-) -> tuple[list[BaseMessage], list[BaseMessage]]:
+    messages: Sequence[AnyMessage], keep: int
+) -> tuple[list[AnyMessage], list[AnyMessage]]:
     """Split ``messages`` into ``(old, kept)`` for compaction.
 
     - The last ``keep`` messages are kept, moved back so that no tool exchange is split.

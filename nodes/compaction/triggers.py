@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxgraph.nodes.request import RequestSize
+from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.settings import Settings
 
 

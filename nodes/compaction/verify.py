@@ -7,7 +7,7 @@ from typing import Any, cast
 from ctxgraph.nodes.compaction.ledger import Ledger, find_contradictions
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.triggers import fired_triggers
-from ctxgraph.nodes.request import RequestSize
+from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import SUMMARY_SCHEMA_VERSION
 from ctxgraph.state.tokens import count_text

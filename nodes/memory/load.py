@@ -12,6 +12,7 @@ from langgraph.runtime import Runtime
 from ctxgraph.nodes.memory.render import render_memory
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.repository import Fact, MemoryRepository
@@ -37,7 +38,7 @@ class MemoryLoader:
         self._settings = settings
 
     def _job(
-        self, state: dict[str, Any], runtime: Runtime[Context]
+        self, state: AgentState, runtime: Runtime[Context]
     ) -> tuple[Context, Settings, MemoryRepository, str] | None:
         """Who, how and with which query to load; None when nothing is to be loaded."""
         context = require_context(runtime.context)
@@ -65,7 +66,7 @@ class MemoryLoader:
         )
         return {MEMORY_VIEW_KEY: view}
 
-    def load(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
+    def load(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Render this turn's memory view into state."""
         job = self._job(state, runtime)
         if job is None:
@@ -75,7 +76,7 @@ class MemoryLoader:
         facts = repository.memory_candidates(context, query) if auto else []
         return self._render(repository.get_profile(context), facts, settings, query)
 
-    async def aload(self, state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
+    async def aload(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Async :meth:`load`."""
         job = self._job(state, runtime)
         if job is None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
@@ -17,6 +17,7 @@ from ctxgraph.nodes.memory.extract import MemoryExtractor
 from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.progress import ProcessedMessages
@@ -70,13 +71,13 @@ class MemoryNodes:
             messages=messages,
         )
 
-    def _folded(self, state: dict[str, Any], runtime: Runtime[Context]) -> list[BaseMessage]:
+    def _folded(self, state: AgentState, runtime: Runtime[Context]) -> list[AnyMessage]:
         settings = effective_settings(require_context(runtime.context), self._settings)
         old, _ = self._compact.split(state, settings)
         return old
 
     def extract_turn(
-        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """After the final answer: extract from what the turn added."""
         job = self._job(state.get("messages") or [], runtime, config)
@@ -85,7 +86,7 @@ class MemoryNodes:
         return {}
 
     async def aextract_turn(
-        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Async :meth:`extract_turn`."""
         job = self._job(state.get("messages") or [], runtime, config)
@@ -94,7 +95,7 @@ class MemoryNodes:
         return {}
 
     def flush(
-        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Before compaction: extract from exactly the messages about to be folded."""
         job = self._job(self._folded(state, runtime), runtime, config)
@@ -103,7 +104,7 @@ class MemoryNodes:
         return {}
 
     async def aflush(
-        self, state: dict[str, Any], runtime: Runtime[Context], config: RunnableConfig
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Async :meth:`flush`."""
         job = self._job(self._folded(state, runtime), runtime, config)
