@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any
 
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
-from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import get_runtime
 from langgraph.store.base import BaseStore
 
 from ctxgraph.graph.input_check import attach_input_check
@@ -30,6 +33,31 @@ from ctxgraph.state.tokens import TokenCounter
 
 Graph = CompiledStateGraph[AgentState, Context, InputState, OutputState]
 Builder = StateGraph[AgentState, Context, InputState, OutputState]
+
+_Handler = Callable[..., Any]
+"""A node body: ``(state, runtime)``, or ``(state, runtime, config)``."""
+_AsyncHandler = Callable[..., Awaitable[Any]]
+"""The async twin of ``_Handler``."""
+
+
+def _node(sync: _Handler, async_: _AsyncHandler, *, name: str) -> RunnableLambda[AgentState, Any]:
+    """A graph node whose ``invoke`` runs ``sync`` and whose ``ainvoke`` runs ``async_``.
+
+    Both bodies get the state and, as LangGraph gives plain function nodes, the run's
+    ``runtime`` and (when they declare a ``config`` parameter) its ``config``.
+    """
+    sync_config = "config" in inspect.signature(sync).parameters
+    async_config = "config" in inspect.signature(async_).parameters
+
+    def run(state: AgentState, config: RunnableConfig) -> Any:
+        extra = {"config": config} if sync_config else {}
+        return sync(state, runtime=get_runtime(Context), **extra)
+
+    async def arun(state: AgentState, config: RunnableConfig) -> Any:
+        extra = {"config": config} if async_config else {}
+        return await async_(state, runtime=get_runtime(Context), **extra)
+
+    return RunnableLambda(run, afunc=arun, name=name)
 
 
 def create_builder(
@@ -56,16 +84,16 @@ def create_builder(
     builder: Builder = StateGraph(
         AgentState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
-    builder.add_node("compact", RunnableCallable(compact.invoke, compact.ainvoke, name="compact"))
-    builder.add_node("model", RunnableCallable(model.invoke, model.ainvoke, name="model"))
+    builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
+    builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
     builder.add_node("tools", tools_node(all_tools))
     builder.add_edge("compact", "model")
     if with_memory:
         memory = MemoryNodes(models, compact, settings)
-        builder.add_node("flush", RunnableCallable(memory.flush, memory.aflush, name="flush"))
+        builder.add_node("flush", _node(memory.flush, memory.aflush, name="flush"))
         builder.add_node(
             "extract_memory",
-            RunnableCallable(memory.extract_turn, memory.aextract_turn, name="extract_memory"),
+            _node(memory.extract_turn, memory.aextract_turn, name="extract_memory"),
         )
         builder.add_edge("flush", "compact")
         builder.add_edge("extract_memory", END)
@@ -76,9 +104,7 @@ def create_builder(
     finish = "extract_memory" if with_memory else END
     if with_loading:
         loader = MemoryLoader(settings)
-        builder.add_node(
-            "load_memory", RunnableCallable(loader.load, loader.aload, name="load_memory")
-        )
+        builder.add_node("load_memory", _node(loader.load, loader.aload, name="load_memory"))
         builder.add_edge(START, "load_memory")
         builder.add_conditional_edges("load_memory", compact.route, before_model)
     else:

@@ -17,9 +17,32 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-__all__ = ["CHANGED_KEYS_QUERY", "VERSION_QUERY", "install_change_tracking", "tracking_probe"]
+__all__ = [
+    "CHANGED_KEYS_QUERY",
+    "STORE_TABLE",
+    "STORE_TABLE_COLUMNS",
+    "STORE_TABLE_KEY",
+    "VERSION_QUERY",
+    "install_change_tracking",
+    "tracking_probe",
+]
 
 logger = logging.getLogger("ctxgraph.memory")
+
+STORE_TABLE = "store"
+"""The table ``langgraph-checkpoint-postgres`` keeps Store items in; the trigger and the
+freshness queries of ``store.search.index`` read it directly."""
+
+STORE_TABLE_COLUMNS: dict[str, str] = {
+    "prefix": "text",
+    "key": "text",
+    "value": "jsonb",
+    "updated_at": "timestamp with time zone",
+}
+"""The columns of ``store`` that ctxgraph's SQL reads, with their ``information_schema`` type."""
+
+STORE_TABLE_KEY = ("prefix", "key")
+"""The primary key of ``store``: one row per namespace prefix and key."""
 
 TABLE = "ctxgraph_namespace_versions"
 CHANGES = "ctxgraph_namespace_changes"
@@ -63,8 +86,8 @@ BEGIN
     RETURN NULL;
 END
 $$ LANGUAGE plpgsql;
-DROP TRIGGER IF EXISTS {TABLE}_trigger ON store;
-CREATE TRIGGER {TABLE}_trigger AFTER INSERT OR UPDATE OR DELETE ON store
+DROP TRIGGER IF EXISTS {TABLE}_trigger ON {STORE_TABLE};
+CREATE TRIGGER {TABLE}_trigger AFTER INSERT OR UPDATE OR DELETE ON {STORE_TABLE}
     FOR EACH ROW EXECUTE FUNCTION {TABLE}_bump();
 """
 

@@ -15,13 +15,17 @@ import asyncio
 import json
 import threading
 import weakref
-from collections.abc import Generator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Hashable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
+from psycopg import AsyncCursor, Cursor
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ctxgraph.store.persistence.change_tracking import (
     CHANGED_KEYS_QUERY,
@@ -182,7 +186,7 @@ class FactIndexCache:
     ) -> Changes | None:
         if not isinstance(store, PostgresStore):
             return _listing_changes(space, list_namespace(store, namespace))
-        with store._cursor() as cursor:
+        with _cursor(store) as cursor:
             if store not in self._tracked:
                 cursor.execute(tracking_probe)
                 self._tracked[store] = _ready(cursor.fetchone())
@@ -202,7 +206,7 @@ class FactIndexCache:
             items = await alist_namespace(store, namespace)
             with space.lock:
                 return _listing_changes(space, items)
-        async with store._cursor() as cursor:
+        async with _acursor(store) as cursor:
             if store not in self._tracked:
                 await cursor.execute(tracking_probe)
                 self._tracked[store] = _ready(await cursor.fetchone())
@@ -297,6 +301,33 @@ def _lookup(space: _Namespace, terms: Sequence[str], limit: int, leading: int) -
 
 
 Query = tuple[str, tuple[Any, ...]]
+
+
+@contextmanager
+def _cursor(store: PostgresStore) -> Iterator[Cursor[DictRow]]:
+    """A cursor on the Store's own connection, or on one from its pool (``store.conn``)."""
+    conn = store.conn
+    if isinstance(conn, ConnectionPool):
+        with conn.connection() as pooled, pooled.cursor(binary=True, row_factory=dict_row) as cur:
+            yield cur
+    else:
+        with conn.cursor(binary=True, row_factory=dict_row) as cur:
+            yield cur
+
+
+@asynccontextmanager
+async def _acursor(store: AsyncPostgresStore) -> AsyncIterator[AsyncCursor[DictRow]]:
+    """Async :func:`_cursor`; a shared connection is used under the Store's ``lock``."""
+    conn = store.conn
+    if isinstance(conn, AsyncConnectionPool):
+        async with (
+            conn.connection() as pooled,
+            pooled.cursor(binary=True, row_factory=dict_row) as cur,
+        ):
+            yield cur
+    else:
+        async with store.lock, conn.cursor(binary=True, row_factory=dict_row) as cur:
+            yield cur
 
 
 def _refresh_plan(
