@@ -6,10 +6,10 @@ stays fast; ``from ctxgraph import build_graph`` works as usual.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ctxgraph.graph.builder import build_graph, create_builder
     from ctxgraph.state.context import Context
     from ctxgraph.state.models import Models
@@ -43,6 +43,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ctxgraph' has no attribute {name!r}")
+    from importlib import import_module
+
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value

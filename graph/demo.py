@@ -1,182 +1,42 @@
-"""The offline demo: a rule-based scripted model and the one tool it uses."""
+"""The offline demo model, and ``demo_reply``: one responder that plays every role."""
 
 from __future__ import annotations
 
-import ast
-import operator
-import re
-from collections.abc import Callable
+from langchain_core.messages import AIMessage, BaseMessage
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
-
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.memory.extract import EXTRACTION_SYSTEM
-from ctxgraph.state.messages import content_text, message_origin
-from ctxgraph.state.models import Models
-
-_ARITHMETIC = re.compile(
-    r"\b(?:what is|what's|compute|calculate)\s+(\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+)",
-    re.IGNORECASE,
+from ctxgraph.state.demo_model import (
+    LEDGER_COMMAND,
+    calculator,
+    demo_chat_reply,
+    demo_memory,
+    demo_models,
+    demo_summary,
+    demo_tools,
 )
-_MEMORY_QUESTION = re.compile(
-    r"\bwhat do you (?:remember|know) about me\b|你记得我什么", re.IGNORECASE
-)
-_RECALL = re.compile(r"\b(what did i (?:say|tell you)|remind me)\b", re.IGNORECASE)
+from ctxgraph.state.messages import content_text
 
-_OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-}
-
-
-def _evaluate(node: ast.AST) -> float:
-    if isinstance(node, ast.Expression):
-        return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return float(node.value)
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
-    raise ValueError(f"only + - * / on numbers are supported, got {ast.dump(node)}")
-
-
-@tool
-def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression with + - * / and return the result."""
-    value = _evaluate(ast.parse(expression, mode="eval"))
-    return str(int(value)) if value.is_integer() else f"{value:g}"
-
-
-def _block(text: str, tag: str) -> str:
-    match = re.search(rf"<{tag}>\n(.*?)\n</{tag}>", text, re.DOTALL)
-    return match.group(1).strip() if match else ""
-
-
-def _section(text: str, title: str, following: str | None) -> str:
-    end = rf"\n{following}\n" if following else r"$"
-    match = re.search(rf"^{title}\n(.*?){end}", text, re.DOTALL | re.MULTILINE)
-    return match.group(1).strip() if match else ""
-
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def demo_summary(prompt: str) -> AIMessage:
-    """A deterministic four-section summary built from the summary prompt's data blocks."""
-    previous = _block(prompt, "previous_summary")
-    folded = _block(prompt, "folded_messages").splitlines()
-    request = _block(prompt, "current_request")
-    said = [line.removeprefix("human: ") for line in folded if line.startswith("human: ")]
-    calls = [line for line in folded if line.startswith("assistant called ")]
-    first = (said[0] if said else request).split(". ")[0]
-    intent = _section(previous, "SESSION INTENT", "SUMMARY") or _short(first, 120)
-    earlier = _section(previous, "SUMMARY", "ARTIFACTS").splitlines()
-    latest = f"Folded {len(folded)} lines: {len(said)} user turns, {len(calls)} tool calls."
-    if said:
-        latest += f" The user last said: {_short(said[-1], 80)}"
-    lines = [*earlier, latest][-6:]
-    body = "\n".join(lines)
-    return AIMessage(
-        content=f"SESSION INTENT\n{intent}\nSUMMARY\n{body}\n"
-        "ARTIFACTS\nSee the ledger for exact identifiers and tool-call states.\n"
-        f"NEXT STEPS\nAnswer the current request: {request or 'none'}"
-    )
-
-
-def _summary_intent(messages: list[BaseMessage]) -> str:
-    """The SESSION INTENT of an injected summary message, if the request carries one."""
-    for message in messages:
-        if message_origin(message) == "summary":
-            return _section(content_text(message), "SESSION INTENT", "SUMMARY")
-    return ""
-
-
-_ROW = re.compile(r"^\[(?P<id>[^\]]+)\] user: (?P<text>.*)$", re.MULTILINE)
-_DURABLE = re.compile(
-    r"\b(?:I (?:mainly|usually|always|prefer|work)|my (?:name|job|role) is)\b"
-    r"|我主要|我平时|平时请用|我偏好",
-    re.IGNORECASE,
-)
-
-
-def demo_memory(prompt: str) -> AIMessage:
-    """A deterministic extraction: durable self-descriptions in the new conversation."""
-    facts: list[dict[str, object]] = []
-    for row in _ROW.finditer(_block(prompt, "new_conversation")):
-        for sentence in re.split(r"(?<=[.!?。！？])\s*", row.group("text")):
-            if not sentence or not _DURABLE.search(sentence):
-                continue
-            words = re.findall(r"[a-z]+", sentence.lower())[1:4] or ["note", str(len(facts))]
-            facts.append(
-                {
-                    "key": "_".join(words),
-                    "content": sentence,
-                    "category": "preference" if "prefer" in sentence.lower() else "context",
-                    "scope": "user",
-                    "durability": "durable",
-                    "authority": "descriptive",
-                    "confidence": 0.8,
-                    "evidence_message_id": row.group("id"),
-                    "evidence_text": sentence,
-                }
-            )
-    update = {"facts": facts, "profile_updates": []}
-    call = {"name": "MemoryUpdate", "args": update, "id": f"call_memory_{len(facts)}"}
-    return AIMessage(content="", tool_calls=[call])
+__all__ = [
+    "LEDGER_COMMAND",
+    "calculator",
+    "demo_chat_reply",
+    "demo_memory",
+    "demo_models",
+    "demo_reply",
+    "demo_summary",
+    "demo_tools",
+]
 
 
 def demo_reply(messages: list[BaseMessage]) -> AIMessage:
-    """Answer deterministically: arithmetic goes through the calculator, recall reads history."""
+    """Answer any request: summary and extraction calls by their prompt, the rest as chat.
+
+    For a single scripted model that serves all three roles; ``demo_models`` gives each
+    role its own model instead.
+    """
     if messages and content_text(messages[0]) == SUMMARY_SYSTEM:
         return demo_summary(content_text(messages[-1]))
     if messages and content_text(messages[0]) == EXTRACTION_SYSTEM:
         return demo_memory(content_text(messages[-1]))
-    last = messages[-1]
-    if isinstance(last, ToolMessage):
-        return AIMessage(content=f"The calculator says {content_text(last)}.")
-    users = [m for m in messages if isinstance(m, HumanMessage) and not message_origin(m)]
-    said = content_text(users[-1]) if users else ""
-    expression = _ARITHMETIC.search(said)
-    if expression:
-        # Unique per user message (its id is a fresh UUID), stable when replayed.
-        call_id = f"call_{(users[-1].id or str(len(messages)))[:8]}"
-        return AIMessage(
-            content="",
-            tool_calls=[
-                {"name": "calculator", "args": {"expression": expression.group(1)}, "id": call_id}
-            ],
-        )
-    if _MEMORY_QUESTION.search(said):
-        return AIMessage(content=_remembered(messages))
-    if _RECALL.search(said):
-        earlier = [content_text(m) for m in users[:-1]]
-        intent = _summary_intent(messages)
-        parts = [f"From the summary of older turns: {intent}."] if intent else []
-        if earlier or not intent:
-            listed = "; ".join(f'"{text}"' for text in earlier) or "nothing yet"
-            parts.append(f"Earlier in this thread you said: {listed}.")
-        return AIMessage(content=" ".join(parts))
-    return AIMessage(content=f"Noted: {said}")
-
-
-def _remembered(messages: list[BaseMessage]) -> str:
-    """The facts of the injected memory view, as the demo's answer."""
-    views = [content_text(m) for m in messages if message_origin(m) == "memory"]
-    facts = [line[2:] for view in views for line in view.splitlines() if line.startswith("- ")]
-    if not facts:
-        return "I do not remember anything about you yet."
-    return "From long-term memory: " + " ".join(facts)
-
-
-def demo_tools() -> tuple[BaseTool, ...]:
-    """The tools the demo model knows how to call."""
-    return (calculator,)
-
-
-def demo_models() -> Models:
-    """Models for every role backed by the deterministic demo responder."""
-    return Models(main=ScriptedChatModel(responder=demo_reply))
+    return demo_chat_reply(messages)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from langchain_core.language_models import BaseChatModel
 
 SCRIPTED_MODEL_NAME = "scripted"
-"""Value of ``CTXGRAPH_MODEL`` that selects the offline, deterministic demo model."""
+"""Value of ``CTXGRAPH_MODEL`` that selects the offline demo model (``state.demo_model``)."""
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 """Endpoint used when ``OPENAI_BASE_URL`` is not set."""
@@ -87,7 +87,7 @@ class Models:
         if not name:
             raise ModelConfigError(ENVIRONMENT_HELP)
         if name == SCRIPTED_MODEL_NAME:
-            from ctxgraph.graph.demo import demo_models
+            from ctxgraph.state.demo_model import demo_models
 
             return demo_models()
         base_url = environ.get("OPENAI_BASE_URL", "").strip()

@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from ctxgraph.graph.cli.demo import FIRST_PROCESS_TURNS
 from tests.support.cli import REPO_ROOT, run_ctxgraph
 
 
@@ -23,25 +24,47 @@ def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path
     demo = run_ctxgraph(python, env, "demo", "--thread", "demo-test")
     assert demo.returncode == 0, demo.stderr
     out = demo.stdout
-    assert "== process 1: 2 turns in a new Python process" in out
+    assert "== process 1: 3 turns in a new Python process" in out
     assert re.search(r"← calculator \[call_[0-9a-f-]{8}\]: 391", out)
-    assert "Resuming thread demo-test (6 messages)" in out
+    assert "Resuming thread demo-test (10 messages). Last 6 messages:" in out
     # The second process compacts: the Kyoto turn is folded, and the answer finds it
     # through the summary; the archive keeps every message and verifies.
-    assert "thread demo-test: 8 messages (6 archived in 1 compactions, 2 in the window)" in out
-    assert "──── compaction v1:" in out
+    assert "thread demo-test: 12 messages (10 archived in 1 compaction, 2 in the window)" in out
+    assert "──── compaction v1: the 10 messages above were folded" in out
     recall = "From the summary of older turns: I am planning a trip to Kyoto in April."
     assert out.index("process 1 exited") < out.index(recall)
-    assert "thread demo-test: intact (1 compaction versions verified" in out
+    assert "thread demo-test: intact (1 compaction version verified" in out
     # A new thread of the same user gets the fact learned in the first one back.
     remembered = "From long-term memory: [preference] I prefer quiet hotels near a train station."
     assert out.index("== process 3") < out.index(remembered)
     assert (ctxgraph_home / "pgdata" / "PG_VERSION").exists()
 
-    # The demo's thread is still there for a later process.
+    # The trip paragraph is printed once in full (as the user's turn); the assistant
+    # acknowledges it by its first sentence and later listings show one line per message.
+    trip = FIRST_PROCESS_TURNS[0]
+    assert out.count(trip) == 1
+    assert out.count("Philosopher's Path") == 1
+    assert "assistant: Noted: I am planning a trip to Kyoto in April.\n" in out
+    assert not re.search(r"(?<![\d.])1 (?:compactions|messages|turns|tool calls|versions)\b", out)
+
+    # The summary points at the ledger, the demo prints both and names the command.
+    ledger = out[out.index("current summary (v1):") : out.index("== integrity")]
+    assert "threads show <thread> --summary" in ledger
+    assert "ledger (recorded by code" in ledger
+    assert re.search(r"- \[succeeded\] calculator\(expression=17 \* 23\) id=call_", ledger)
+    assert "USER CONSTRAINTS (verbatim):\n- Keep the hotel under 180 euros a night.\n" in ledger
+    assert "- Never book anything that cannot be cancelled." in ledger
+    assert "`ctxgraph threads show demo-test --summary` prints this summary and ledger" in out
+
+    # The demo's thread is still there for a later process, in full.
     shown = run_ctxgraph(python, env, "threads", "show", "demo-test")
     assert shown.returncode == 0, shown.stderr
-    assert f"[8] assistant: {recall}" in shown.stdout
+    assert f"[12] assistant: {recall}" in shown.stdout
+    assert shown.stdout.count(trip) == 1
+    assert "current summary" not in shown.stdout and "ledger" not in shown.stdout
+    with_summary = run_ctxgraph(python, env, "threads", "show", "demo-test", "--summary")
+    assert with_summary.returncode == 0, with_summary.stderr
+    assert with_summary.stdout.endswith(ledger.split("\n(`ctxgraph threads show")[0] + "\n")
 
 
 def test_chat_streams_and_resumes_after_restart(

@@ -35,6 +35,30 @@ def test_show_prints_archive_and_window_with_compaction_markers(
         assert out.count(f"user: {turn}") == 1, turn
     assert "──── compaction v1:" in out
     assert "current summary (v" in out and "SESSION INTENT" in out
+    # The ledger follows the summary: identifiers of the folded turns, recorded by code.
+    ledger = out[out.index("\nledger (recorded by code") :]
+    identifiers = re.search(r"^IDENTIFIERS: (.*)$", ledger, re.MULTILINE)
+    assert identifiers, ledger
+    assert "A-1000" in identifiers.group(1).split(", ")
+    assert "2026-09-10" in identifiers.group(1).split(", ")
+
+    plain = run_ctxgraph(python, env, "threads", "show", thread_id)
+    assert plain.returncode == 0, plain.stderr
+    assert "current summary" not in plain.stdout and "IDENTIFIERS" not in plain.stdout
+    assert plain.stdout == out[: out.index("\ncurrent summary (v")]
+
+
+def test_show_summary_of_a_thread_without_compaction(
+    python: str, subprocess_env: dict[str, str], thread_id: str
+) -> None:
+    created = run_ctxgraph(
+        python, subprocess_env, "run", "--user", "u1", "--thread", thread_id, "What is 2 * 21?"
+    )
+    assert created.returncode == 0, created.stderr
+    shown = run_ctxgraph(python, subprocess_env, "threads", "show", thread_id, "--summary")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"thread {thread_id}: 4 messages\n[1] user: What is 2 * 21?")
+    assert shown.stdout.endswith("\nno summary yet: the thread has not been compacted\n")
 
 
 def test_verify_passes_then_names_the_tampered_version(
@@ -43,7 +67,7 @@ def test_verify_passes_then_names_the_tampered_version(
     env = compacted_thread(python, subprocess_env, thread_id)
     intact = run_ctxgraph(python, env, "threads", "verify", thread_id)
     assert intact.returncode == 0, intact.stderr
-    assert re.search(r"intact \(\d+ compaction versions verified", intact.stdout)
+    assert re.search(r"intact \(\d+ compaction versions? verified", intact.stdout)
 
     with open_persistence(database_uri) as persistence:
         record = ThreadArchive(persistence.store, thread_id).get(1)

@@ -247,7 +247,7 @@ def test_run_first_processes_due_extractions_left_queued(
             python, subprocess_env, "run", "--user", user, "--thread", f"{thread_id}-next", "hi"
         )
         assert result.returncode == 0, result.stderr
-        assert "pending memory extraction(s) left by an earlier run" in result.stderr
+        assert "processed 1 pending memory extraction left by an earlier run" in result.stderr
         assert persistence.store.get(memory_queue(), thread_id) is None
         facts = MemoryRepository(persistence.store).list_facts(Context(user_id=user))
         assert any(fact.evidence == SENTENCE for fact in facts), facts

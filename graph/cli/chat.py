@@ -9,7 +9,7 @@ from typing import TextIO
 
 from langchain_core.runnables import RunnableConfig
 
-from ctxgraph.graph.cli.render import transcript_lines
+from ctxgraph.graph.cli.render import LINE_CHARS, plural, transcript_lines
 from ctxgraph.graph.cli.turns import stream_turn
 from ctxgraph.graph.environment import EnvironmentConfig
 from ctxgraph.state.context import Context
@@ -33,9 +33,14 @@ def run_turns(
         config = _config(thread_id)
         existing = graph.get_state(config).values.get("messages", [])
         if existing:
-            out.write(f"Resuming thread {thread_id} ({len(existing)} messages). Last messages:\n")
             start = max(0, len(existing) - RESUME_TAIL)
-            out.write("\n".join(transcript_lines(existing[start:], start=start + 1)) + "\n")
+            shown = len(existing) - start
+            last = "Last message" if shown == 1 else f"Last {shown} messages"
+            out.write(
+                f"Resuming thread {thread_id} ({plural(len(existing), 'message')}). {last}:\n"
+            )
+            tail = transcript_lines(existing[start:], start=start + 1, clip=LINE_CHARS)
+            out.write("\n".join(tail) + "\n")
         elif interactive:
             out.write(f"New thread {thread_id}.\n")
         if interactive:

@@ -1,4 +1,4 @@
-"""``ctxgraph demo``: two turns, a restart, a third turn, a new thread, then what persisted."""
+"""``ctxgraph demo``: three turns, a restart, a fourth turn, a new thread, then what persisted."""
 
 from __future__ import annotations
 
@@ -8,18 +8,20 @@ import sys
 import uuid
 from typing import TextIO
 
+from ctxgraph.graph.cli.render import LINE_CHARS, plural
 from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
 from ctxgraph.state.models import SCRIPTED_MODEL_NAME
 from ctxgraph.store.persistence.connection import open_persistence
 
 FIRST_PROCESS_TURNS = (
     "I am planning a trip to Kyoto in April. I land at Kansai airport on April 3 and leave on "
-    "April 10, I want to see the cherry blossoms along the Philosopher's Path, visit "
-    "Fushimi Inari early in the morning before the crowds, spend one day in Nara, and keep "
-    "the hotel budget under 180 euros a night. I do not eat meat, so please keep that in "
-    "mind for any restaurant ideas, and never book anything that cannot be cancelled. "
+    "April 10. I want to see the cherry blossoms along the Philosopher's Path, visit "
+    "Fushimi Inari early in the morning before the crowds and spend one day in Nara. "
+    "Keep the hotel under 180 euros a night. I do not eat meat, so please keep that in "
+    "mind for any restaurant ideas. Never book anything that cannot be cancelled. "
     "I prefer quiet hotels near a train station.",
     "What is 17 * 23?",
+    "What is 180 * 7?",
 )
 SECOND_PROCESS_TURNS = ("What did I say before?",)
 NEW_THREAD_TURNS = ("What do you remember about me?",)
@@ -58,7 +60,8 @@ def run_demo(out: TextIO, *, user: str = "demo-user", thread_id: str | None = No
     # Holding the database open here keeps the embedded server up between the two children.
     with open_persistence() as persistence:
         out.write(f"ctxgraph demo: thread {thread}, scripted model, database ready\n\n")
-        out.write(f"== process 1: {len(FIRST_PROCESS_TURNS)} turns in a new Python process\n")
+        turns = plural(len(FIRST_PROCESS_TURNS), "turn")
+        out.write(f"== process 1: {turns} in a new Python process\n")
         if _run_in_child(user, thread, FIRST_PROCESS_TURNS, out) != 0:
             return 1
         out.write(
@@ -71,8 +74,12 @@ def run_demo(out: TextIO, *, user: str = "demo-user", thread_id: str | None = No
         out.write("\n== process 3: a new thread for the same user; long-term memory comes back\n")
         if _run_in_child(user, f"{thread}-later", NEW_THREAD_TURNS, out) != 0:
             return 1
-        out.write("\n== persisted state of the first thread (archive, then window)\n")
-        show_thread(persistence, thread, out, with_summary=True)
+        out.write(
+            "\n== persisted state of the first thread (archive, then window; one line per "
+            f"message here, `ctxgraph threads show {thread}` prints them in full)\n"
+        )
+        show_thread(persistence, thread, out, with_summary=True, clip=LINE_CHARS)
+        out.write(f"(`ctxgraph threads show {thread} --summary` prints this summary and ledger)\n")
         out.write("\n== integrity\n")
         verify_thread_command(persistence, thread, out)
         out.write(

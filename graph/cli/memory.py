@@ -7,6 +7,7 @@ from typing import TextIO
 
 from langgraph.store.base import BaseStore
 
+from ctxgraph.graph.cli.render import plural
 from ctxgraph.nodes.memory.extract import MemoryExtractor
 from ctxgraph.nodes.memory.search_tool import clamp_limit
 from ctxgraph.nodes.memory.worker import Processed, process_pending
@@ -85,7 +86,10 @@ def report_processed(processed: Processed, out: TextIO) -> None:
             line += f"; rejected {len(result.rejected)}"
         out.write(line + "\n")
     stored = sum(len(result.stored) for _, result in processed)
-    out.write(f"processed {len(processed)} pending extraction(s), stored {stored} fact(s)\n")
+    out.write(
+        f"processed {plural(len(processed), 'pending extraction')}, "
+        f"stored {plural(stored, 'fact')}\n"
+    )
 
 
 def process_memory(
@@ -107,7 +111,11 @@ def process_memory(
     left = MemoryQueue(store).due(quiet_seconds=0.0 if force else settings.memory_quiet_seconds)
     if left:
         threads = ", ".join(item.thread_id for item in left)
-        out.write(f"{len(left)} pending extraction(s) stay queued (see errors above): {threads}\n")
+        stay = "stays" if len(left) == 1 else "stay"
+        out.write(
+            f"{plural(len(left), 'pending extraction')} {stay} queued (see errors above): "
+            f"{threads}\n"
+        )
         return 1
     return 0
 
@@ -125,7 +133,7 @@ def process_due_at_start(
     if processed:
         stored = sum(len(result.stored) for _, result in processed)
         out.write(
-            f"ctxgraph: processed {len(processed)} pending memory extraction(s) "
-            f"left by an earlier run, stored {stored} fact(s)\n"
+            f"ctxgraph: processed {plural(len(processed), 'pending memory extraction')} "
+            f"left by an earlier run, stored {plural(stored, 'fact')}\n"
         )
     return processed

@@ -10,6 +10,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from ctxgraph.state.messages import content_text
 
 PREVIEW_CHARS = 300
+LINE_CHARS = 100
+"""Longest message text in a one-line-per-message preview (resume and demo listings)."""
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless ``count`` is 1: ``1 compaction``, ``2 compactions``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:
@@ -30,14 +37,25 @@ def tool_result_line(message: ToolMessage) -> str:
     return f"  ←{status} {name} [{message.tool_call_id}]: {_clip(content_text(message), 200)}"
 
 
-def transcript_lines(messages: Sequence[BaseMessage], *, start: int = 1) -> list[str]:
-    """A numbered transcript, one entry per message (tool calls on their own lines)."""
+def transcript_lines(
+    messages: Sequence[BaseMessage], *, start: int = 1, clip: int | None = None
+) -> list[str]:
+    """A numbered transcript, one entry per message (tool calls on their own lines).
+
+    With ``clip``, each message's text is flattened to one line of at most ``clip``
+    characters; without, it is printed in full.
+    """
     lines: list[str] = []
+
+    def text_of(message: BaseMessage) -> str:
+        text = content_text(message)
+        return text if clip is None else _clip(text, clip)
+
     for number, message in enumerate(messages, start=start):
         if isinstance(message, HumanMessage):
-            lines.append(f"[{number}] user: {content_text(message)}")
+            lines.append(f"[{number}] user: {text_of(message)}")
         elif isinstance(message, AIMessage):
-            text = content_text(message)
+            text = text_of(message)
             if text or not message.tool_calls:
                 lines.append(f"[{number}] assistant: {text}")
             else:
@@ -49,7 +67,7 @@ def transcript_lines(messages: Sequence[BaseMessage], *, start: int = 1) -> list
         elif isinstance(message, ToolMessage):
             lines.append(f"[{number}] tool{tool_result_line(message)[3:]}")
         elif isinstance(message, SystemMessage):
-            lines.append(f"[{number}] system: {content_text(message)}")
+            lines.append(f"[{number}] system: {text_of(message)}")
         else:
-            lines.append(f"[{number}] {message.type}: {content_text(message)}")
+            lines.append(f"[{number}] {message.type}: {text_of(message)}")
     return lines

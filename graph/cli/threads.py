@@ -7,7 +7,8 @@ from typing import Any, TextIO
 
 from langchain_core.messages import BaseMessage
 
-from ctxgraph.graph.cli.render import transcript_lines
+from ctxgraph.graph.cli.render import plural, transcript_lines
+from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
 from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
@@ -48,33 +49,56 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
 
 
 def show_thread(
-    persistence: Persistence, thread_id: str, out: TextIO, *, with_summary: bool = False
+    persistence: Persistence,
+    thread_id: str,
+    out: TextIO,
+    *,
+    with_summary: bool = False,
+    clip: int | None = None,
 ) -> None:
-    """Print every message of the thread: archived compactions first, then the window."""
+    """Print every message of the thread: archived compactions first, then the window.
+
+    ``with_summary`` adds the current summary and its ledger; ``clip`` shortens each
+    message to one line of at most that many characters.
+    """
     thread = load_thread(persistence, thread_id)
     archived = sum(len(record["messages"]) for record in thread.archive)
     total = archived + len(thread.window)
     if thread.archive:
         out.write(
-            f"thread {thread_id}: {total} messages ({archived} archived in "
-            f"{len(thread.archive)} compactions, {len(thread.window)} in the window)\n"
+            f"thread {thread_id}: {plural(total, 'message')} ({archived} archived in "
+            f"{plural(len(thread.archive), 'compaction')}, {len(thread.window)} in the window)\n"
         )
     else:
-        out.write(f"thread {thread_id}: {total} messages\n")
+        out.write(f"thread {thread_id}: {plural(total, 'message')}\n")
     number = 1
     for record in thread.archive:
         messages = record_messages(record)
-        out.write("\n".join(transcript_lines(messages, start=number)) + "\n")
+        out.write("\n".join(transcript_lines(messages, start=number, clip=clip)) + "\n")
         number += len(messages)
+        were = "was" if len(messages) == 1 else "were"
         out.write(
-            f"──── compaction v{record['version']}: the {len(messages)} messages above were "
-            f"folded into the summary (cursor {record['cursor']}) ────\n"
+            f"──── compaction v{record['version']}: the {plural(len(messages), 'message')} "
+            f"above {were} folded into the summary (cursor {record['cursor']}) ────\n"
         )
     if thread.window:
-        out.write("\n".join(transcript_lines(thread.window, start=number)) + "\n")
-    if with_summary and thread.summary:
-        version = (thread.mark or {}).get("version", "?")
-        out.write(f"\ncurrent summary (v{version}):\n{render_sections(thread.summary)}\n")
+        out.write("\n".join(transcript_lines(thread.window, start=number, clip=clip)) + "\n")
+    if with_summary:
+        out.write("\n" + summary_text(thread) + "\n")
+
+
+def summary_text(thread: SavedThread) -> str:
+    """The current summary's sections, then its ledger (the record code keeps of the thread)."""
+    if not thread.summary:
+        return "no summary yet: the thread has not been compacted"
+    version = (thread.mark or {}).get("version", "?")
+    ledger: Ledger | None = thread.summary.get("ledger")
+    rendered = render_ledger(ledger) if ledger else ""
+    return (
+        f"current summary (v{version}):\n{render_sections(thread.summary)}\n\n"
+        "ledger (recorded by code from the folded messages: tool-call states, user "
+        f"constraints, identifiers):\n{rendered or '(empty)'}"
+    )
 
 
 def verify_thread_command(persistence: Persistence, thread_id: str, out: TextIO) -> int:
@@ -82,10 +106,8 @@ def verify_thread_command(persistence: Persistence, thread_id: str, out: TextIO)
     thread = load_thread(persistence, thread_id)
     report = verify_records(thread.archive, thread.mark)
     if report.ok:
-        out.write(
-            f"thread {thread_id}: intact ({report.versions_checked} compaction versions "
-            "verified against the thread state)\n"
-        )
+        checked = plural(report.versions_checked, "compaction version")
+        out.write(f"thread {thread_id}: intact ({checked} verified against the thread state)\n")
         return 0
     out.write(
         f"thread {thread_id}: BROKEN at version {report.first_broken_version}: {report.reason}\n"

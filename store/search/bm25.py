@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Arrays = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]
 
 __all__ = ["Bm25Index"]
-
-Arrays = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]
 
 
 class Bm25Index:
@@ -21,7 +23,7 @@ class Bm25Index:
     when a query first needs them, so a query costs a few vector operations per query
     term. Length normalization and idf are computed at query time, which keeps updates
     local. Removed documents leave a free slot until the index is more than half empty,
-    when it is packed again.
+    when it is packed again. numpy is imported by the first query, not with the module.
     """
 
     def __init__(
@@ -108,6 +110,8 @@ class Bm25Index:
             self.add(doc_id, list(counts.elements()))
 
     def _term_arrays(self, term: str) -> Arrays | None:
+        import numpy as np
+
         arrays = self._arrays.get(term)
         if arrays is None:
             postings = self._postings.get(term)
@@ -119,6 +123,8 @@ class Bm25Index:
         return arrays
 
     def _totals(self, query: Sequence[str]) -> npt.NDArray[np.float64]:
+        import numpy as np
+
         totals = np.zeros(len(self._ids), dtype=np.float64)
         documents = len(self._slots)
         if not documents:
@@ -139,6 +145,8 @@ class Bm25Index:
 
     def scores(self, query: Sequence[str]) -> dict[str, float]:
         """BM25 relevance (positive, higher is better) of every document matching ``query``."""
+        import numpy as np
+
         totals = self._totals(query)
         return {self._id(int(slot)): float(totals[slot]) for slot in np.flatnonzero(totals)}
 
@@ -158,6 +166,8 @@ class Bm25Index:
         """
         if limit <= 0 or not self._slots:
             return []
+        import numpy as np
+
         totals = self._totals(query)
         matched = np.flatnonzero(totals)
         if len(matched) > limit:

@@ -9,9 +9,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Literal
-
-import jieba
+from typing import Any, Literal
 
 from ctxgraph.store.search.bm25 import Bm25Index
 
@@ -61,19 +59,24 @@ STOP_WORDS = frozenset(_CHINESE_STOP_TEXT.split()) | frozenset(_ENGLISH_STOP_TEX
 """Tokens dropped from facts and queries alike."""
 
 _jieba_lock = threading.Lock()
-_jieba_ready = False
+_jieba: Any = None
 
 
-def _ensure_jieba() -> None:
-    """Load jieba's bundled dictionary once per process; it never touches the network."""
-    global _jieba_ready
-    if _jieba_ready:
-        return
-    with _jieba_lock:
-        if not _jieba_ready:
-            jieba.setLogLevel(60)
-            jieba.initialize()
-            _jieba_ready = True
+def _segmenter() -> Any:
+    """jieba, imported and its bundled dictionary loaded on first use (never the network).
+
+    Only Chinese text needs it, so importing this module stays cheap.
+    """
+    global _jieba
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                import jieba
+
+                jieba.setLogLevel(60)
+                jieba.initialize()
+                _jieba = jieba
+    return _jieba
 
 
 def _english_word(word: str) -> str:
@@ -102,8 +105,8 @@ def _terms(text: str) -> tuple[str, ...]:
     position = 0
     for run in _CJK.finditer(text):
         tokens.extend(_words(text[position : run.start()]))
-        _ensure_jieba()
-        tokens.extend(w for w in jieba.cut_for_search(run.group()) if w not in STOP_WORDS)
+        words = _segmenter().cut_for_search(run.group())
+        tokens.extend(w for w in words if w not in STOP_WORDS)
         position = run.end()
     tokens.extend(_words(text[position:]))
     return tuple(tokens)

@@ -19,8 +19,15 @@ def run_module(
     python: str, env: dict[str, str], module: str, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m MODULE ARGS`` from the repository root and capture its output."""
+    return run_python(python, env, "-m", module, *args, stdin=stdin)
+
+
+def run_python(
+    python: str, env: dict[str, str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGS`` from the repository root and capture its output."""
     return subprocess.run(
-        [python, "-m", module, *args],
+        [python, *args],
         env=env,
         cwd=REPO_ROOT,
         input=stdin,
