@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from datetime import UTC, datetime
@@ -134,11 +135,11 @@ def test_embedding_index_from_the_environment() -> None:
         embedding_index({"CTXGRAPH_EMBEDDING_MODEL": "m"})
 
 
-def test_a_store_wrapped_by_a_server_still_counts_as_indexed() -> None:
-    class Wrapper(InMemoryStore):  # stands in for a server's batching wrapper
-        def __init__(self, inner: InMemoryStore) -> None:
-            super().__init__()
-            self._store = inner
-
-    assert semantic_enabled(Wrapper(InMemoryStore(index=index_config())))
-    assert not semantic_enabled(Wrapper(InMemoryStore()))
+def test_a_server_store_counts_as_indexed_when_its_published_config_has_an_index() -> None:
+    plain = InMemoryStore()  # stands in for a server's wrapper, which hides its index config
+    published = json.dumps({"index": {"dims": 8, "embed": "openai:text-embedding-3-small"}})
+    assert semantic_enabled(plain, {"LANGGRAPH_STORE": published})
+    assert not semantic_enabled(plain, {"LANGGRAPH_STORE": json.dumps({"ttl": {}})})
+    assert not semantic_enabled(plain, {"LANGGRAPH_STORE": "not json"})
+    assert not semantic_enabled(plain, {})
+    assert semantic_enabled(InMemoryStore(index=index_config()), {})

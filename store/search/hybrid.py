@@ -8,7 +8,10 @@ two candidate lists into one relevance before the usual age/confidence rerank:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from langgraph.store.base import BaseStore, SearchItem
 
@@ -27,14 +30,32 @@ SEMANTIC_WEIGHT = 0.5
 """Share of the fused relevance that comes from semantic similarity."""
 
 
-def semantic_enabled(store: BaseStore) -> bool:
-    """Whether ``store`` was built with an embedding index (LangGraph's ``index`` config).
+SERVER_STORE_ENV = "LANGGRAPH_STORE"
+"""Where a LangGraph server publishes ``langgraph.json``'s ``store`` config (as JSON)."""
 
-    A LangGraph server hands graphs a batching wrapper around its store; the wrapped
-    store's config counts too.
+
+def semantic_enabled(store: BaseStore, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``store`` has an embedding index (LangGraph's ``index`` config).
+
+    A LangGraph server hands graphs a wrapper around its store that does not expose the
+    index config; there the server's published store config (``LANGGRAPH_STORE``) says
+    whether ``langgraph.json`` gave the store an ``index``.
     """
-    wrapped = getattr(store, "_store", None)
-    return any(bool(getattr(s, "index_config", None)) for s in (store, wrapped) if s is not None)
+    if getattr(store, "index_config", None):
+        return True
+    raw = (os.environ if environ is None else environ).get(SERVER_STORE_ENV, "")
+    return _has_index(raw)
+
+
+@lru_cache(maxsize=8)
+def _has_index(raw: str) -> bool:
+    if not raw.strip():
+        return False
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(config, dict) and bool(config.get("index"))
 
 
 def semantic_hits(
