@@ -754,3 +754,45 @@ def test_memory_candidates_refresh_each_namespace_once(
         ("user", "port"),
         ("project", "deploy"),
     }
+
+
+def test_the_confidence_order_stays_sorted_through_small_and_large_changes() -> None:
+    from ctxgraph.store.search.index import Changes, _Namespace
+
+    def value(confidence: float, day: int, correction: bool = False) -> dict[str, object]:
+        created = datetime(2025, 1, day, tzinfo=UTC).isoformat()
+        category = "correction" if correction else "context"
+        return {
+            "content": f"fact {confidence} {day}",
+            "confidence": confidence,
+            "created_at": created,
+            "category": category,
+        }
+
+    space = _Namespace()
+    bulk = [
+        (f"k{i}", f"s{i}", value(0.5 + (i % 5) / 10, 1 + i % 28, i % 7 == 0)) for i in range(300)
+    ]
+    space.apply(Changes(1, bulk, []))  # more than the in-place limit: sorted once
+    space.apply(
+        Changes(2, [("k3", "s3b", value(0.99, 2)), ("new", "n", value(0.95, 3, True))], ["k10"])
+    )
+
+    def expected(only_corrections: bool) -> list[str]:
+        docs = {
+            k: d.value
+            for k, d in space.docs.items()
+            if not only_corrections or d.value["category"] == "correction"
+        }
+
+        def rank(key: str) -> tuple[float, float, str]:
+            created = datetime.fromisoformat(str(docs[key]["created_at"]))
+            return (-float(docs[key]["confidence"]), -created.timestamp(), key)  # type: ignore[arg-type]
+
+        # Most confident first, then newest, then by key.
+        return sorted(docs, key=rank)
+
+    assert space.ranked.first(400) == expected(False)
+    assert space.ranked.first(2) == ["k3", "new"]
+    assert space.corrections.first(400) == expected(True)
+    assert "k10" not in space.ranked.first(400)

@@ -12,7 +12,9 @@ those are re-read and re-indexed.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
+import math
 import threading
 import weakref
 from collections.abc import AsyncIterator, Generator, Hashable, Iterator, Mapping, Sequence
@@ -102,6 +104,52 @@ def _is_correction(value: Mapping[str, Any]) -> bool:
     return value.get("category") == "correction" or bool(value.get("is_correction"))
 
 
+_REBUILD_ORDER = 256
+"""Above this many changed keys, the confidence orders are re-sorted instead of updated."""
+
+Rank = tuple[float, float, str]
+"""Sort key of a fact: negated confidence, negated creation time, key."""
+
+
+def _rank(key: str, value: Mapping[str, Any]) -> Rank:
+    """Most confident first, then newest first; facts without a creation time last."""
+    created = value.get("created_at")
+    try:
+        moment = datetime.fromisoformat(str(created)).timestamp() if created else -math.inf
+    except ValueError:
+        moment = -math.inf
+    return (-float(value.get("confidence", 0.0)), -moment, key)
+
+
+class _Order:
+    """Keys kept sorted by their rank, updated in place as facts change."""
+
+    def __init__(self) -> None:
+        self._items: list[Rank] = []
+        self._ranks: dict[str, Rank] = {}
+
+    def rebuild(self, ranks: Mapping[str, Rank]) -> None:
+        """Replace the order with ``ranks``, sorted once."""
+        self._ranks = dict(ranks)
+        self._items = sorted(self._ranks.values())
+
+    def put(self, key: str, rank: Rank) -> None:
+        """Insert ``key`` (or move it) at ``rank``."""
+        self.discard(key)
+        bisect.insort(self._items, rank)
+        self._ranks[key] = rank
+
+    def discard(self, key: str) -> None:
+        """Remove ``key`` if it is there."""
+        rank = self._ranks.pop(key, None)
+        if rank is not None:
+            del self._items[bisect.bisect_left(self._items, rank)]
+
+    def first(self, count: int) -> list[str]:
+        """The first ``count`` keys."""
+        return [rank[2] for rank in self._items[:count]]
+
+
 @dataclass
 class _Namespace:
     """The index of one namespace; every access holds ``lock``."""
@@ -111,8 +159,10 @@ class _Namespace:
     index: Bm25Index = field(default_factory=Bm25Index)
     lock: threading.Lock = field(default_factory=threading.Lock)
     loaded: bool = False
-    _ranked: list[str] | None = None
-    _corrections: list[str] | None = None
+    ranked: _Order = field(default_factory=lambda: _Order())
+    """Every key, most confident first (newest first on ties)."""
+    corrections: _Order = field(default_factory=lambda: _Order())
+    """The keys of corrections, in the same order."""
     alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
         default_factory=weakref.WeakKeyDictionary
     )
@@ -136,28 +186,30 @@ class _Namespace:
             added[key] = tokens
         removed = [key for key in changes.removed if self.docs.pop(key, None) is not None]
         self.index.update(added, removed)
-        if added or removed:
-            self._ranked = self._corrections = None
+        self._reorder(added, removed)
         self.version = changes.version
         self.loaded = True
 
-    def by_confidence(self) -> list[str]:
-        """Keys from the most to the least confident fact (newest first on ties)."""
-        if self._ranked is None:
-            newest_first = sorted(
-                self.docs, key=lambda k: str(self.docs[k].value.get("created_at", "")), reverse=True
+    def _reorder(self, added: Mapping[str, object], removed: Sequence[str]) -> None:
+        """Keep the confidence orders current: in place for a few changes, else re-sorted."""
+        if len(added) + len(removed) > _REBUILD_ORDER:
+            ranks = {key: _rank(key, doc.value) for key, doc in self.docs.items()}
+            self.ranked.rebuild(ranks)
+            self.corrections.rebuild(
+                {k: r for k, r in ranks.items() if _is_correction(self.docs[k].value)}
             )
-            self._ranked = sorted(
-                newest_first, key=lambda k: -float(self.docs[k].value.get("confidence", 0.0))
-            )
-        return self._ranked
-
-    def corrections(self) -> list[str]:
-        """Keys of corrections, most confident first."""
-        if self._corrections is None:
-            ranked = self.by_confidence()
-            self._corrections = [k for k in ranked if _is_correction(self.docs[k].value)]
-        return self._corrections
+            return
+        for key in removed:
+            self.ranked.discard(key)
+            self.corrections.discard(key)
+        for key in added:
+            value = self.docs[key].value
+            rank = _rank(key, value)
+            self.ranked.put(key, rank)
+            if _is_correction(value):
+                self.corrections.put(key, rank)
+            else:
+                self.corrections.discard(key)
 
 
 class FactIndexCache:
@@ -293,7 +345,7 @@ class FactIndexCache:
 def _lookup(space: _Namespace, terms: Sequence[str], limit: int, leading: int) -> Lookup:
     with space.lock:
         hits = space.index.search(terms, limit, ties=True) if terms else []
-        first = [*space.corrections()[:leading], *space.by_confidence()[:leading]]
+        first = [*space.corrections.first(leading), *space.ranked.first(leading)]
         return Lookup(
             [(key, raw, space.docs[key].value) for key, raw in hits],
             [(key, space.docs[key].value) for key in dict.fromkeys(first)],
@@ -305,13 +357,13 @@ Query = tuple[str, tuple[Any, ...]]
 
 @contextmanager
 def _cursor(store: PostgresStore) -> Iterator[Cursor[DictRow]]:
-    """A cursor on the Store's own connection, or on one from its pool (``store.conn``)."""
+    """A cursor on the Store's own connection (under its ``lock``), or on a pooled one."""
     conn = store.conn
     if isinstance(conn, ConnectionPool):
         with conn.connection() as pooled, pooled.cursor(binary=True, row_factory=dict_row) as cur:
             yield cur
     else:
-        with conn.cursor(binary=True, row_factory=dict_row) as cur:
+        with store.lock, conn.cursor(binary=True, row_factory=dict_row) as cur:
             yield cur
 
 
