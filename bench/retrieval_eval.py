@@ -11,8 +11,15 @@ the event dates are part of what happened, not of when it was remembered. The ro
 ``decay from event dates`` stores each memory with its event date as ``created_at`` to show
 what the time decay does to this data.
 
-With ``CTXGRAPH_EMBEDDING_MODEL`` set (see ``store.embeddings``), a hybrid row is added:
-the same facts in a Store with that embedding model, BM25 fused with vector similarity.
+With ``CTXGRAPH_EMBEDDING_MODEL`` set (see ``ctxgraph.store.persistence.vector_index``), a
+hybrid row is added: the same facts in a Store with that embedding model, BM25 fused with
+vector similarity.
+
+The data is not part of this repository. ``--data`` names either a folder holding
+``MADial-Bench-zh-memory.json``, ``MADial-Bench-zh-dialogue.json`` and ``published_top20/``,
+or a checkout of the MADial-Bench repository (``data/ch`` and ``embeddings/ch``); see
+docs/benchmarks.md. Without the data the run stops with one line naming the missing path
+and exit status 2.
 
 Run ``python -m bench.retrieval_eval [--data ../shared/data/madial_zh]``.
 """
@@ -37,6 +44,8 @@ from ctxgraph.store.memory.repository import MemoryRepository
 from ctxgraph.store.persistence.vector_index import embedding_index
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "madial_zh"
+MEMORY_FILE = "MADial-Bench-zh-memory.json"
+DIALOGUE_FILE = "MADial-Bench-zh-dialogue.json"
 TARGET_RECALL_AT_5 = 0.75
 TARGET_MRR_AT_10 = 0.85
 PUBLISHED = {
@@ -47,6 +56,29 @@ PUBLISHED = {
     "BGE-M3 dense": "BGE_M3_dense_zh_top_20_ids.json",
     "BGE-M3 ColBERT": "BGE_M3_colbert_zh_top_20_ids.json",
 }
+
+
+@dataclass(frozen=True)
+class DataFiles:
+    """Where the memories, the dialogues and the published top-20 lists are."""
+
+    memories: Path
+    dialogues: Path
+    published: Path
+
+    @classmethod
+    def locate(cls, data: Path) -> DataFiles:
+        """The files under ``data``: a flat data folder or a MADial-Bench checkout."""
+        checkout = data / "data" / "ch"
+        if checkout.is_dir():
+            return cls(checkout / MEMORY_FILE, checkout / DIALOGUE_FILE, data / "embeddings" / "ch")
+        return cls(data / MEMORY_FILE, data / DIALOGUE_FILE, data / "published_top20")
+
+    def first_missing(self) -> Path | None:
+        """The first file the evaluation needs that is not there, or None."""
+        needed = [self.memories, self.dialogues]
+        needed += [self.published / filename for filename in PUBLISHED.values()]
+        return next((path for path in needed if not path.is_file()), None)
 
 
 @dataclass(frozen=True)
@@ -78,7 +110,7 @@ def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
 def load_memories(data: Path) -> dict[int, dict[str, Any]]:
     """Memory id -> record (``event``, ``time``, ``user-id``...)."""
     memories: dict[int, dict[str, Any]] = {}
-    for row in _json_lines(data / "MADial-Bench-zh-memory.json"):
+    for row in _json_lines(DataFiles.locate(data).memories):
         for key, record in row.items():
             memories[int(key)] = record
     return memories
@@ -87,7 +119,7 @@ def load_memories(data: Path) -> dict[int, dict[str, Any]]:
 def load_dialogues(data: Path) -> list[Dialogue]:
     """The dialogues, each with the lines before its first test turn as the query."""
     dialogues = []
-    for row in _json_lines(data / "MADial-Bench-zh-dialogue.json"):
+    for row in _json_lines(DataFiles.locate(data).dialogues):
         turn = min(row["test-turn"])
         query = "".join(row["dialogue"][:turn])
         gold = frozenset(int(i) for i in row["relevant-id"])
@@ -111,7 +143,7 @@ def published_rankings(data: Path, filename: str) -> dict[int, list[int]]:
     """Dialogue id -> the published top-20 memory ids."""
     return {
         int(row["id"]): [int(i) for i in row["top_20_ids"]]
-        for row in _json_lines(data / "published_top20" / filename)
+        for row in _json_lines(DataFiles.locate(data).published / filename)
     }
 
 
@@ -153,13 +185,36 @@ def _context(user: int) -> Context:
     return Context(user_id=f"madial-{user}")
 
 
+def missing_data_message(data: Path) -> str | None:
+    """One line naming what is missing under ``data``, or None when every file is there."""
+    if not data.is_dir():
+        missing = data
+    else:
+        found = DataFiles.locate(data).first_missing()
+        if found is None:
+            return None
+        missing = found
+    return (
+        f"retrieval_eval: MADial-Bench zh data not found: {missing}; "
+        "pass --data PATH (a folder of the MADial-Bench zh files or a MADial-Bench checkout, "
+        "see docs/benchmarks.md)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the evaluation table; exit 1 when a target is missed."""
+    """Print the evaluation table; exit 1 when a target is missed, 2 when data is missing."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="MADial-Bench zh folder")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="MADial-Bench zh data folder or MADial-Bench checkout (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
-    if not (args.data / "MADial-Bench-zh-memory.json").is_file():
-        parser.error(f"no MADial-Bench zh data in {args.data} (pass --data)")
+    problem = missing_data_message(args.data)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     memories = load_memories(args.data)
     dialogues = load_dialogues(args.data)
 

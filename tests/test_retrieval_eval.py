@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench.retrieval_eval import (
+    PUBLISHED,
     Dialogue,
     ctxgraph_rankings,
     load_dialogues,
@@ -56,6 +60,18 @@ def data(tmp_path: Path) -> Path:
     return tmp_path
 
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def add_all_published_lists(data: Path) -> None:
+    """Copy the OpenAI list under every published retriever's file name."""
+    source = data / "published_top20" / "openai_zh_top_20_ids.json"
+    for filename in PUBLISHED.values():
+        target = data / "published_top20" / filename
+        if target != source:
+            target.write_text(source.read_text("utf-8"), "utf-8")
+
+
 def test_recall_and_mrr_follow_the_published_definitions() -> None:
     dialogues = [
         Dialogue(0, 1, "q", frozenset({1, 2})),
@@ -92,13 +108,53 @@ def test_ctxgraph_ranks_through_the_public_api_per_user(data: Path) -> None:
 
 def test_main_prints_the_table_side_by_side(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The published files other than OpenAI's are absent here; main needs all of them.
-    for name in ("Stella", "Dmeta", "Acge", "BGE_M3_dense", "BGE_M3_colbert"):
-        source = data / "published_top20" / "openai_zh_top_20_ids.json"
-        (data / "published_top20" / f"{name}_zh_top_20_ids.json").write_text(
-            source.read_text("utf-8"), "utf-8"
-        )
+    add_all_published_lists(data)
     assert main(["--data", str(data)]) == 0  # 1.0 / 1.0 on this one-dialogue set
     out = capsys.readouterr().out
     assert "ctxgraph BM25 (jieba) + rerank           1.000      1.000   1.000" in out
     assert "published: OpenAI embeddings             1.000      1.000   0.500" in out
     assert "PASS" in out
+
+
+def test_a_missing_data_folder_is_one_line_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder"
+    finished = subprocess.run(
+        [sys.executable, "-m", "bench.retrieval_eval", "--data", str(missing)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert finished.returncode == 2, finished.stderr
+    assert finished.stdout == ""
+    lines = finished.stderr.splitlines()
+    assert len(lines) == 1, finished.stderr
+    assert str(missing) in lines[0]
+    assert "--data" in lines[0]
+    assert "Traceback" not in finished.stderr
+
+
+def test_a_missing_file_is_named(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Only the OpenAI list is there; the first other published list is reported.
+    assert main(["--data", str(data)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert str(data / "published_top20" / "Stella_zh_top_20_ids.json") in line
+
+
+def test_a_madial_bench_checkout_is_read_in_place(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_all_published_lists(data)
+    checkout = tmp_path / "MADial-Bench"
+    (checkout / "data" / "ch").mkdir(parents=True)
+    for name in ("MADial-Bench-zh-memory.json", "MADial-Bench-zh-dialogue.json"):
+        shutil.copy(data / name, checkout / "data" / "ch" / name)
+    shutil.copytree(data / "published_top20", checkout / "embeddings" / "ch")
+
+    assert main(["--data", str(checkout)]) == 0
+    out = capsys.readouterr().out
+    assert "MADial-Bench zh: 3 memories, 1 dialogues" in out
+    assert "published: OpenAI embeddings             1.000      1.000   0.500" in out
