@@ -62,7 +62,10 @@ def test_tool_result_for_a_call_already_in_state_is_accepted(
 ) -> None:
     """A result answering a call that the thread already holds is valid input."""
     graph = build_graph(
-        models=demo_models(), tools=demo_tools(), checkpointer=persistence.checkpointer
+        models=demo_models(),
+        tools=demo_tools(),
+        checkpointer=persistence.checkpointer,
+        store=persistence.store,
     )
     config = {"configurable": {"thread_id": thread_id}}
     pending = AIMessage(

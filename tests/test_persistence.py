@@ -45,7 +45,10 @@ def test_turns_in_separate_processes_share_one_thread(
     # A third process (this one) reads exactly what the two children committed.
     with open_persistence(database_uri) as persistence:
         graph = build_graph(
-            models=demo_models(), tools=demo_tools(), checkpointer=persistence.checkpointer
+            models=demo_models(),
+            tools=demo_tools(),
+            checkpointer=persistence.checkpointer,
+            store=persistence.store,
         )
         messages = graph.get_state({"configurable": {"thread_id": thread_id}}).values["messages"]
     assert [type(m) for m in messages] == [
@@ -72,7 +75,10 @@ async def test_async_persistence_round_trip(database_uri: str, thread_id: str) -
         await graph.ainvoke({"messages": [("user", "hello")]}, config, context=Context(user_id="u"))
     async with open_async_persistence(database_uri) as persistence:
         graph = build_graph(
-            models=demo_models(), tools=demo_tools(), checkpointer=persistence.checkpointer
+            models=demo_models(),
+            tools=demo_tools(),
+            checkpointer=persistence.checkpointer,
+            store=persistence.store,
         )
         state = await graph.aget_state(config)
     assert [m.content for m in state.values["messages"]] == ["hello", "Noted: hello"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at startup
 if TYPE_CHECKING:
@@ -13,6 +14,25 @@ if TYPE_CHECKING:
 
 # Subcommand modules are imported when their subcommand runs, so `--help` and the light
 # subcommands do not load the graph, the model clients or the search libraries.
+
+USER_ERROR_EXIT = 2
+"""Exit status of a user error (bad option, variable, configuration or name)."""
+
+THREAD_BUSY_EXIT = 3
+"""Exit status of ``chat`` and ``run`` when another run kept the thread past ``--wait``."""
+
+WAIT_VARIABLE = "CTXGRAPH_THREAD_WAIT"
+"""Environment variable with the default of ``--wait``."""
+
+EXIT_STATUSES = (
+    "exit status: 0 success; 1 a failure the command reports (threads verify: broken); "
+    f"{USER_ERROR_EXIT} a user error (one line on stderr); {THREAD_BUSY_EXIT} (chat, run) "
+    "another run kept the thread busy for --wait seconds, and the waiting turn wrote nothing"
+)
+
+
+class OptionError(ValueError):
+    """A command-line option or environment variable has a value the command cannot use."""
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -28,6 +48,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from ctxgraph.store.persistence.vector_index import EmbeddingConfigError
 
     return (
+        OptionError,
         ModelConfigError,
         SettingsError,
         ContextError,
@@ -74,6 +95,39 @@ def _identity_arguments(parser: argparse.ArgumentParser, *, thread: bool = True)
     parser.add_argument("--project", default=None, help="project id, if any")
 
 
+def _wait_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        default=None,
+        help=f"how long {what} may wait while another run holds the thread (default: "
+        f"${WAIT_VARIABLE}, else 30); then exit with status {THREAD_BUSY_EXIT}",
+    )
+
+
+def thread_wait(option: str | None, environ: Mapping[str, str]) -> float:
+    """Seconds to wait for a busy thread: ``--wait``, else ``CTXGRAPH_THREAD_WAIT``, else 30.
+
+    Raises ``OptionError`` naming the option or variable when the value is not a
+    non-negative number.
+    """
+    if option is not None:
+        source, text = "--wait", option
+    else:
+        source, text = WAIT_VARIABLE, environ.get(WAIT_VARIABLE, "")
+        if not text.strip():
+            from ctxgraph.store.persistence.thread_lock import DEFAULT_WAIT
+
+            return DEFAULT_WAIT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise OptionError(f"{source} must be a non-negative number of seconds, got {text!r}")
+    return seconds
+
+
 def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     memory = _command(commands, "memory", "inspect and manage long-term memory")
     memory_commands = memory.add_subparsers(dest="memory_command", required=True)
@@ -100,15 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxgraph",
         description="The ctxgraph command line: chat, run, demo, threads and memory.",
+        epilog=EXIT_STATUSES,
         formatter_class=_help_formatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = _command(commands, "chat", "interactive chat on a persistent thread")
     _identity_arguments(chat)
+    _wait_argument(chat, "each turn")
 
     run = _command(commands, "run", "run the given messages as turns, then exit")
     _identity_arguments(run)
+    _wait_argument(run, "the turns")
     run.add_argument("messages", nargs="+", help="one turn per argument")
 
     demo = _command(commands, "demo", "offline demo on the embedded Postgres")
@@ -175,12 +232,18 @@ def _process_left_over_memory() -> None:
 def _chat(args: argparse.Namespace) -> int:
     from ctxgraph.graph.cli.chat import prompt_lines, run_turns
 
+    wait = thread_wait(args.wait, os.environ)
     context = _context(args)
     _process_left_over_memory()
     interactive = args.command == "chat"
     texts = prompt_lines("you: ", sys.stdout) if interactive else args.messages
     return run_turns(
-        texts, context=context, thread_id=args.thread, out=sys.stdout, interactive=interactive
+        texts,
+        context=context,
+        thread_id=args.thread,
+        out=sys.stdout,
+        interactive=interactive,
+        wait=wait,
     )
 
 
@@ -221,7 +284,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
     except Exception as error:
-        if not isinstance(error, _user_errors()):
+        status = _exit_status(error)
+        if status is None:
             raise
         print(f"ctxgraph: {error}", file=sys.stderr)
-        return 2
+        return status
+
+
+def _exit_status(error: Exception) -> int | None:
+    """The exit status of an error reported as one line, or None for a traceback."""
+    if isinstance(error, _user_errors()):
+        return USER_ERROR_EXIT
+    from ctxgraph.store.persistence.thread_lock import ThreadBusyError
+
+    if isinstance(error, ThreadBusyError):
+        return THREAD_BUSY_EXIT
+    return None

@@ -14,12 +14,16 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 from langgraph.store.postgres.base import PostgresIndexConfig
 
+from ctxgraph.store.persistence.advisory import SETUP_KEY, atry_lock_until, try_lock_until
 from ctxgraph.store.persistence.change_tracking import install_change_tracking
 from ctxgraph.store.persistence.embedded import database_uri
 from ctxgraph.store.persistence.vector_index import embedding_index
 
 _prepared: set[tuple[str, bool]] = set()
 """Databases (and whether with vector tables) this process has already set up."""
+
+SETUP_WAIT = 300.0
+"""Seconds a process waits for another one to finish creating the tables."""
 
 
 class DatabaseError(RuntimeError):
@@ -65,12 +69,13 @@ def open_persistence(
             checkpointer = stack.enter_context(PostgresSaver.from_conn_string(resolved))
             store = stack.enter_context(PostgresStore.from_conn_string(resolved, index=index))
             if (resolved, index is not None) not in _prepared:
-                checkpointer.setup()
-                store.setup()
-                install_change_tracking(resolved)
+                with _setup_lock(resolved):
+                    checkpointer.setup()
+                    store.setup()
+                    install_change_tracking(resolved)
                 _prepared.add((resolved, index is not None))
         except psycopg.OperationalError as error:
-            raise _unreachable(resolved, error) from error
+            raise unreachable(resolved, error) from error
         yield Persistence(checkpointer=checkpointer, store=store, uri=resolved)
 
 
@@ -90,15 +95,47 @@ async def open_async_persistence(
                 AsyncPostgresStore.from_conn_string(resolved, index=index)
             )
             if (resolved, index is not None) not in _prepared:
-                await checkpointer.setup()
-                await store.setup()
-                await asyncio.to_thread(install_change_tracking, resolved)
+                async with _async_setup_lock(resolved):
+                    await checkpointer.setup()
+                    await store.setup()
+                    await asyncio.to_thread(install_change_tracking, resolved)
                 _prepared.add((resolved, index is not None))
         except psycopg.OperationalError as error:
-            raise _unreachable(resolved, error) from error
+            raise unreachable(resolved, error) from error
         yield AsyncPersistence(checkpointer=checkpointer, store=store, uri=resolved)
 
 
-def _unreachable(uri: str, error: Exception) -> DatabaseError:
+@contextmanager
+def _setup_lock(uri: str) -> Iterator[None]:
+    """Hold the setup lock while this process creates or migrates the tables.
+
+    Processes that start together on a new database would otherwise run the same
+    ``CREATE`` statements and migrations at once, and all but one would fail with a
+    ``UniqueViolation``. The lock lives on its own connection and ends with it.
+    """
+    with psycopg.connect(uri, autocommit=True) as conn:
+        if not try_lock_until(conn, SETUP_KEY, SETUP_WAIT):
+            raise _setup_timeout(uri)
+        yield
+
+
+@asynccontextmanager
+async def _async_setup_lock(uri: str) -> AsyncIterator[None]:
+    """Async ``_setup_lock``."""
+    async with await psycopg.AsyncConnection.connect(uri, autocommit=True) as conn:
+        if not await atry_lock_until(conn, SETUP_KEY, SETUP_WAIT):
+            raise _setup_timeout(uri)
+        yield
+
+
+def _setup_timeout(uri: str) -> DatabaseError:
+    return DatabaseError(
+        f"cannot use the database at {_redacted(uri)}: another process kept creating the "
+        f"tables for {SETUP_WAIT:g} s"
+    )
+
+
+def unreachable(uri: str, error: Exception) -> DatabaseError:
+    """The one-line error for a database that refused a connection or a statement."""
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return DatabaseError(f"cannot use the database at {_redacted(uri)}: {reason}")
