@@ -9,6 +9,20 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 
+def add_refusals(
+    current: dict[str, Any] | None, update: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Reducer of ``compaction_retry``: ``attempts`` add up, the latest reason wins.
+
+    A refused compaction writes ``{"attempts": 1, "reason": ...}``; a committed one writes
+    None, which clears the count.
+    """
+    if update is None:
+        return None
+    attempts = int((current or {}).get("attempts", 0)) + int(update.get("attempts", 0))
+    return {**update, "attempts": attempts}
+
+
 class InputState(TypedDict):
     """What a caller sends: new messages for the working window."""
 
@@ -32,3 +46,8 @@ class AgentState(TypedDict):
     """The compaction mark: version, cursor, checksum and chain hash of the archive."""
     memory_view: NotRequired[str]
     """This turn's rendered long-term memory; added to each request, never to ``messages``."""
+    compaction_retry: NotRequired[Annotated[dict[str, Any] | None, add_refusals]]
+    """After refused compactions: how many in a row (``attempts``) and the last ``reason``.
+
+    Each further attempt keeps fewer messages; a committed compaction clears it.
+    """

@@ -73,7 +73,7 @@ class Settings:
     )
     summary_max_tokens: int = field(
         default=1_500,
-        metadata={"description": "Largest accepted summary (sections plus ledger), in tokens."},
+        metadata={"description": "Largest accepted summary text (the four sections), in tokens."},
     )
     summary_input_budget: int = field(
         default=12_000,
@@ -85,8 +85,9 @@ class Settings:
     ledger_max_tool_calls: int = field(
         default=40,
         metadata={
-            "description": "Tool-call entries the ledger lists before folding old read-only "
-            "successes into counts (side effects and failures are never folded)."
+            "description": "Tool-call entries the ledger keeps; older ones are folded into "
+            "counts, read-only successes first, then read-only failures, side-effect "
+            "successes, and side-effect failures or unknown outcomes last."
         },
     )
     ledger_max_identifiers: int = field(
@@ -97,8 +98,16 @@ class Settings:
         default=1_000,
         metadata={
             "description": "Budget of the ledger as rendered into a request (at most a sixth "
-            "of trigger_tokens); non-success states and constraints are always shown, older "
-            "successes and identifiers only while they fit."
+            "of trigger_tokens). Constraints come first, then non-success states, successes "
+            "and identifiers, newest first while they fit; the rest are counted."
+        },
+    )
+    ledger_constraint_share: float = field(
+        default=0.4,
+        metadata={
+            "description": "Share of the ledger budget the user constraints may use in the "
+            "record; beyond it, the constraints said longest ago are folded into the "
+            "archive (counted in the record), and the one said last always stays."
         },
     )
     memory_extraction: Literal["inline", "deferred", "off"] = field(
@@ -190,6 +199,12 @@ class Settings:
         _require_int("ledger_max_tool_calls", self.ledger_max_tool_calls, minimum=1, example=40)
         _require_int("ledger_max_identifiers", self.ledger_max_identifiers, minimum=1, example=200)
         _require_int("ledger_max_tokens", self.ledger_max_tokens, minimum=100, example=1_000)
+        share = self.ledger_constraint_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise SettingsError(
+                "Settings.ledger_constraint_share must be a number in (0, 1], for example 0.4, "
+                f"got {share!r}"
+            )
         if self.summary_max_tokens + self.ledger_budget >= self.trigger_tokens:
             raise SettingsError(
                 f"Settings.summary_max_tokens + ledger_max_tokens ({self.summary_max_tokens} + "
@@ -261,6 +276,11 @@ class Settings:
     def ledger_budget(self) -> int:
         """Tokens the rendered ledger may use: ledger_max_tokens, at most trigger_tokens / 6."""
         return min(self.ledger_max_tokens, self.trigger_tokens // 6)
+
+    @property
+    def constraint_budget(self) -> int:
+        """Tokens the record's constraint lines may use: ledger_constraint_share of the ledger."""
+        return int(self.ledger_budget * self.ledger_constraint_share)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> Settings:

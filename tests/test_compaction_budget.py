@@ -110,3 +110,64 @@ def test_ledger_budget_is_at_most_a_sixth_of_the_trigger() -> None:
 def test_compaction_target_is_validated(target: object) -> None:
     with pytest.raises(SettingsError, match=r"compaction_target must be a number from 0.3 to 1"):
         Settings(compaction_target=target)  # type: ignore[arg-type]
+
+
+# --- a record too large for the trigger is shrunk before it is judged ---------------------
+
+ORDERS_PER_MESSAGE = 50
+
+
+def long_summary(prompt: str) -> AIMessage:
+    """Four sections close to the summary limit (about 1,250 tokens, no outcome words)."""
+    filler = " ".join(["Orders were reviewed with the customer today."] * 150)
+    return AIMessage(
+        content=f"SESSION INTENT\nReview the orders.\nSUMMARY\n{filler}\n"
+        "ARTIFACTS\nSee the ledger.\nNEXT STEPS\nContinue."
+    )
+
+
+def order_list(turn: int) -> str:
+    """A user message naming many orders: each becomes an identifier in the ledger."""
+    orders = ", ".join(f"ORD-{turn:02d}{n:03d}" for n in range(ORDERS_PER_MESSAGE))
+    return f"Turn {turn}: review these orders carefully please: {orders}. " + "Note " * 900
+
+
+def test_a_record_over_the_trigger_is_shrunk_before_the_compaction_is_judged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings(
+        memory_extraction="off",
+        memory_mode="off",
+        trigger_tokens=3_000,
+        trigger_messages=100,
+        keep_messages=2,
+        summary_max_tokens=1_400,
+        ledger_max_tokens=500,
+    )
+    main = ScriptedChatModel(responder=lambda messages: AIMessage("Reviewed."))
+    summary_model = ScriptedChatModel(responder=lambda messages: long_summary(""))
+    graph = build_graph(
+        models=Models(main=main, summary=summary_model),
+        settings=settings,
+        checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
+    )
+    config = {"configurable": {"thread_id": "shrink"}}
+    caplog.set_level(logging.INFO, logger="ctxgraph.compaction")
+    for turn in range(1, 4):
+        graph.invoke(
+            {"messages": [("user", order_list(turn))]}, config, context=Context(user_id="u")
+        )
+
+    state = graph.get_state(config).values
+    assert state["compaction"]["version"] == 1
+    assert not [r for r in caplog.records if "compaction skipped" in r.getMessage()]
+    shrunk = [r.getMessage() for r in caplog.records if "record shrunk" in r.getMessage()]
+    assert len(shrunk) == 1
+    # The ledger's bounds were halved until the request fit: the newest identifiers stay.
+    identifiers = state["summary"]["ledger"]["identifiers"]
+    assert 0 < len(identifiers) < 2 * ORDERS_PER_MESSAGE
+    assert identifiers[-1] == f"ORD-02{ORDERS_PER_MESSAGE - 1:03d}"
+    counter = TokenCounter()
+    sizes = [counter.count_messages(r) + 150 for r in main_requests(main)]  # read_history
+    assert max(sizes) < settings.trigger_tokens

@@ -24,7 +24,11 @@ from ctxgraph.store.persistence.archive import (
     ArchiveConflictError,
     ArchiveRecord,
     ThreadArchive,
+    VerifyReport,
+    averify_thread,
     build_record,
+    committed_version,
+    tampered_versions,
     verify_records,
     verify_thread,
 )
@@ -270,6 +274,8 @@ def test_mark_that_disagrees_with_archive_is_broken(store: BaseStore, thread_id:
     wrong_cursor = verify_thread(store, thread_id, {**mark, "cursor": mark["cursor"] + 1})
     wrong_hash = verify_thread(store, thread_id, {**mark, "chain_hash": CHAIN_SEED})
     ahead = verify_thread(store, thread_id, {**mark, "version": 6})
+    # A mark at version 2 that carries version 4's hashes: versions 3 and 4 are above the
+    # commit point, so the mark must match version 2, and does not.
     behind = verify_thread(store, thread_id, {**mark, "version": 2})
 
     assert (wrong_cursor.ok, wrong_cursor.first_broken_version) == (False, 4)
@@ -279,7 +285,7 @@ def test_mark_that_disagrees_with_archive_is_broken(store: BaseStore, thread_id:
     assert wrong_hash.reason is not None and "chain_hash" in wrong_hash.reason
     assert (ahead.ok, ahead.first_broken_version) == (False, 5)
     assert ahead.reason is not None and ahead.reason.startswith("version 5 is missing")
-    assert (behind.ok, behind.first_broken_version) == (False, 3)
+    assert (behind.ok, behind.first_broken_version, behind.prepared) == (False, 2, (3, 4))
     assert behind.reason is not None and "thread state" in behind.reason
 
 
@@ -399,3 +405,163 @@ async def test_async_archive_on_memory_store(thread_id: str) -> None:
     assert await archive.aget(2) == records[1]
     assert latest is not None and latest["version"] == 8
     assert verify_records(listed, mark_of(records[-1])).ok
+
+
+# --- committed and prepared versions ---------------------------------------------------------
+
+
+def prepared_record(version: int, text: str, previous: ArchiveRecord) -> ArchiveRecord:
+    """A record of ``version`` that continues ``previous``, as a compaction prepares it."""
+    return build_record(
+        version=version,
+        messages=[HumanMessage(text, id=f"p{version}-{len(text)}")],
+        summary={"schema_version": 1, "text": text},
+        previous_cursor=previous["cursor"],
+        previous_chain_hash=previous["chain_hash"],
+    )
+
+
+def test_put_replaces_a_prepared_version_and_never_a_committed_one(
+    store: BaseStore, thread_id: str
+) -> None:
+    archive, _ = build_archive(store, thread_id, count=2)
+    second = archive.get(2)
+    assert second is not None
+    crashed = prepared_record(3, "an attempt that crashed", second)
+    retried = prepared_record(3, "the attempt that committed", second)
+
+    archive.put(crashed, committed_version=2)
+    archive.put(retried, committed_version=2)  # above the mark: the leftover is replaced
+    assert archive.get(3) == retried
+    archive.put(retried, committed_version=3)  # the same record once committed: a no-op
+
+    with pytest.raises(ArchiveConflictError, match="committed versions are never overwritten"):
+        archive.put(crashed, committed_version=3)
+    with pytest.raises(ArchiveConflictError):
+        archive.put(crashed)  # without a mark, every stored version counts as committed
+    rewritten = {**make_records(2)[1], "summary": summary(9)}
+    rewritten["checksum"] = checksum(summary(9), rewritten["cursor"], rewritten["event_ids"])
+    with pytest.raises(ArchiveConflictError, match="version 2 "):
+        archive.put(rewritten, committed_version=2)
+    assert archive.get(3) == retried
+    assert archive.get(2) == second
+
+
+def test_readers_given_the_mark_leave_prepared_versions_out(
+    store: BaseStore, thread_id: str
+) -> None:
+    archive, mark = build_archive(store, thread_id, count=2)
+    latest = archive.get(2)
+    assert latest is not None
+    archive.put(prepared_record(3, "Lighthouse leftover", latest), committed_version=2)
+
+    assert committed_version(mark) == 2
+    assert committed_version(None) == 0
+    assert committed_version({"version": "2"}) is None
+    assert [v for v, _ in archive.versioned()] == [1, 2, 3]
+    assert [v for v, _ in archive.versioned(upto=2)] == [1, 2]
+    assert [r["version"] for r in archive.records(upto=2)] == [1, 2]
+    assert [r["version"] for r in archive.records(upto=0)] == []
+    last = archive.latest(upto=2)
+    assert last is not None and last["version"] == 2
+    hits = archive.search_messages("lighthouse", limit=5, upto=2)
+    assert [(v, m.id) for v, m in hits] == [(2, "h2")]
+    assert [v for v, _ in archive.search_messages("lighthouse", limit=5)] == [3, 2]
+
+
+def test_verify_names_prepared_versions_and_passes(store: BaseStore, thread_id: str) -> None:
+    archive, mark = build_archive(store, thread_id, count=2)
+    latest = archive.get(2)
+    assert latest is not None
+    archive.put(prepared_record(3, "leftover", latest), committed_version=2)
+    store.put(thread_archive(thread_id), "v000004", {"not": "a record"})
+
+    report = verify_thread(store, thread_id, mark)
+    first = verify_thread(store, thread_id, None)  # the first compaction never committed
+
+    assert report == VerifyReport(True, 2, None, None, prepared=(3, 4))
+    assert (first.ok, first.versions_checked, first.prepared) == (True, 0, (1, 2, 3, 4))
+
+
+async def test_async_readers_and_put_follow_the_mark(thread_id: str) -> None:
+    store = InMemoryStore()
+    archive = ThreadArchive(store, thread_id)
+    records = make_records(2)
+    await archive.aput(records[0], committed_version=0)
+    await archive.aput(records[1], committed_version=1)
+    await archive.aput(prepared_record(3, "one", records[1]), committed_version=2)
+    retried = prepared_record(3, "two", records[1])
+    await archive.aput(retried, committed_version=2)
+
+    assert await archive.aget(3) == retried
+    with pytest.raises(ArchiveConflictError):
+        await archive.aput(prepared_record(3, "three", records[1]), committed_version=3)
+    assert [v for v, _ in await archive.aversioned(upto=2)] == [1, 2]
+    assert [r["version"] for r in await archive.arecords(upto=1)] == [1]
+    assert await archive.asearch_messages("two", limit=3, upto=2) == []
+    report = await averify_thread(store, thread_id, mark_of(records[1]))
+    assert report == VerifyReport(True, 2, None, None, prepared=(3,))
+
+
+# --- modified records, each one named ------------------------------------------------------
+
+
+def test_tampered_versions_names_each_modified_record(store: BaseStore, thread_id: str) -> None:
+    archive, mark = build_archive(store, thread_id)
+    assert tampered_versions(archive.versioned(), mark) == {}
+
+    edited = stored_value(store, thread_id, 2)
+    edited["messages"][0]["data"]["content"] = "Where is the Lighthouse now?"
+    overwrite(store, thread_id, 2, edited)
+    resummarized = stored_value(store, thread_id, 3)
+    resummarized["summary"] = summary(30)
+    overwrite(store, thread_id, 3, resummarized)
+
+    found = tampered_versions(archive.versioned(), mark)
+
+    assert sorted(found) == [2, 3]
+    assert "version 2's messages do not match its chain hash" in found[2]
+    assert "version 3's checksum does not match" in found[3]
+    # A record checked on its own, without its neighbours, is still caught.
+    alone = tampered_versions([(2, archive.versioned()[1][1])])
+    assert list(alone) == [2]
+
+
+def test_a_record_forged_with_fresh_hashes_shows_at_its_next_link(
+    store: BaseStore, thread_id: str
+) -> None:
+    archive, mark = build_archive(store, thread_id)
+    records = make_records(2)
+    forged_messages = [HumanMessage("Forged question?", id="h3"), *folded(3)[1:]]
+    forged = build_record(
+        version=3,
+        messages=forged_messages,
+        summary=summary(3),
+        previous_cursor=records[1]["cursor"],
+        previous_chain_hash=records[1]["chain_hash"],
+    )
+    overwrite(store, thread_id, 3, dict(forged))
+    found = tampered_versions(archive.versioned(), mark)
+    assert list(found) == [4]
+    assert "version 4 does not link to version 3's chain hash" in found[4]
+
+    # Forge version 4 on top of the forged 3 too: the chain holds, the thread's mark does not.
+    forged_last = build_record(
+        version=4,
+        messages=[HumanMessage("Forged last", id="h4")],
+        summary=summary(4),
+        previous_cursor=forged["cursor"],
+        previous_chain_hash=forged["chain_hash"],
+    )
+    overwrite(store, thread_id, 4, dict(forged_last))
+    found = tampered_versions(archive.versioned(), mark)
+    assert list(found) == [4]
+    assert "the thread state disagrees with version 4" in found[4]
+
+
+def test_a_missing_version_is_not_a_modified_record(store: BaseStore, thread_id: str) -> None:
+    archive, mark = build_archive(store, thread_id)
+    store.delete(thread_archive(thread_id), "v000002")
+
+    assert tampered_versions(archive.versioned(), mark) == {}
+    assert not verify_thread(store, thread_id, mark).ok

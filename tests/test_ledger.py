@@ -72,6 +72,11 @@ def ledger_of(*entries: ToolCallEntry, **fields: Any) -> Ledger:
     return ledger
 
 
+def texts(ledger: Ledger) -> list[str]:
+    """The constraints' wordings, oldest said first."""
+    return [constraint["text"] for constraint in ledger["constraints"]]
+
+
 # --- tool-call states -------------------------------------------------------------------
 
 
@@ -275,15 +280,28 @@ def test_english_constraints_verbatim_from_real_user_messages_only() -> None:
         AIMessage("I must not forget the order. We never do that."),
         HumanMessage("Do not email the customer before Friday."),
     ]
-    assert derive_ledger(messages)["constraints"] == [
-        "Do not email the customer before Friday.",
+    ledger = derive_ledger(messages)
+    # Ordered by the turn each was last said: the repeated one moves to the end.
+    assert texts(ledger) == [
         "You must use the staging database!",
         "Never touch /srv/prod/db.sqlite?",
         "Refund at most $30.00 and keep the reply under 100 words.",
         "Make sure the invoice is attached; I like short answers.",
         "Don't retry without asking.",
         "Only use EUR.",
+        "Do not email the customer before Friday.",
     ]
+    assert ledger["constraints"][0] == {
+        "text": "You must use the staging database!",
+        "count": 1,
+        "last_turn": 1,
+    }
+    assert ledger["constraints"][-1] == {
+        "text": "Do not email the customer before Friday.",
+        "count": 2,
+        "last_turn": 2,
+    }
+    assert ledger["user_turns"] == 2  # the injected memory message is not a user turn
 
 
 def test_chinese_constraints() -> None:
@@ -295,7 +313,7 @@ def test_chinese_constraints() -> None:
         ),
         HumanMessage("禁止访问生产库。", additional_kwargs={"origin": "summary"}),
     ]
-    assert derive_ledger(messages)["constraints"] == [
+    assert texts(derive_ledger(messages)) == [
         "不要在周五之前给客户发邮件。",
         "必须使用测试环境；",
         "别重复扣款！",
@@ -415,6 +433,7 @@ def test_merge_keeps_first_seen_order_and_never_downgrades_a_final_state() -> No
         aggregated={"get_order": 3, "list_files": 1},
         constraints=["Only use EUR.", "Never charge twice."],
         identifiers=["B-2002", "C-3003"],
+        user_turns=3,
     )
     merged = merge_ledgers(previous, new)
     assert [e["id"] for e in merged["tool_calls"]] == ["c1", "c2", "c3", "c4", "c5", "c6"]
@@ -429,7 +448,12 @@ def test_merge_keeps_first_seen_order_and_never_downgrades_a_final_state() -> No
     assert calls_by_id(merged)["c2"]["error"] == "declined"
     assert calls_by_id(merged)["c5"]["error"] == "boom"
     assert merged["aggregated"] == {"get_order": 5, "list_files": 1}
-    assert merged["constraints"] == ["Never charge twice.", "Only use EUR."]
+    # Older records store constraints as plain strings; both shapes merge into entries.
+    assert merged["constraints"] == [
+        {"text": "Only use EUR.", "count": 1, "last_turn": 0},
+        {"text": "Never charge twice.", "count": 2, "last_turn": 0},
+    ]
+    assert merged["user_turns"] == 3
     assert merged["identifiers"] == ["A-1001", "B-2002", "C-3003"]
     assert previous["aggregated"] == {"get_order": 2}  # inputs are not changed
 
@@ -499,7 +523,7 @@ def test_bound_folds_oldest_read_only_successes_first() -> None:
     assert len(ledger["tool_calls"]) == 5  # input not changed
 
 
-def test_bound_never_folds_side_effects_or_non_success_states() -> None:
+def test_bound_folds_side_effects_and_non_success_states_last() -> None:
     keep = [
         entry("s1", "send_email", "succeeded", side_effect=True),
         entry("f1", "lookup_order", "failed", error="404"),
@@ -513,14 +537,26 @@ def test_bound_never_folds_side_effects_or_non_success_states() -> None:
         entry("r1", "lookup_order", "succeeded"),
         *keep[1:],
         entry("r2", "lookup_order", "succeeded"),
-        constraints=[f"Never do thing {n}." for n in range(50)],
         identifiers=[f"ID-{n:04d}" for n in range(20)],
     )
-    bounded = bound_ledger(ledger, max_tool_calls=2, max_identifiers=5)
-    assert bounded["tool_calls"] == keep  # over the bound, and that is correct
+    # Within six entries, only the read-only successes go.
+    bounded = bound_ledger(ledger, max_tool_calls=6, max_identifiers=5)
+    assert bounded["tool_calls"] == keep
     assert bounded["aggregated"] == {"lookup_order": 2}
-    assert bounded["constraints"] == ledger["constraints"]
+    assert bounded["folded_calls"] == {}
     assert bounded["identifiers"] == ["ID-0015", "ID-0016", "ID-0017", "ID-0018", "ID-0019"]
+    # Tighter: read-only non-successes next (oldest first), then side-effect successes.
+    tight = bound_ledger(ledger, max_tool_calls=2, max_identifiers=5)
+    assert [e["id"] for e in tight["tool_calls"]] == ["s1", "u2"]
+    assert tight["folded_calls"] == {
+        "lookup_order": {"failed": 1, "unknown": 1},
+        "search_docs": {"cancelled": 1},
+        "get_balance": {"planned": 1},
+    }
+    # A side effect of unknown outcome is the very last to go.
+    assert [
+        e["id"] for e in bound_ledger(ledger, max_tool_calls=1, max_identifiers=5)["tool_calls"]
+    ] == ["u2"]
     assert bound_ledger(ledger, max_tool_calls=2, max_identifiers=0)["identifiers"] == []
     with pytest.raises(ValueError, match="negative"):
         bound_ledger(ledger, max_tool_calls=-1, max_identifiers=5)
@@ -709,9 +745,9 @@ def test_twenty_compactions_keep_every_fact_that_matters() -> None:
     ledger = empty_ledger()
     for n in range(20):
         folded = derive_ledger(_round_messages(n))
-        ledger = bound_ledger(merge_ledgers(ledger, folded), max_tool_calls=10, max_identifiers=500)
+        ledger = bound_ledger(merge_ledgers(ledger, folded), max_tool_calls=80, max_identifiers=500)
         ledger = json.loads(json.dumps(ledger))  # stored in, and read back from, a checkpoint
-        assert len(ledger["tool_calls"]) >= 10 or n == 0
+        assert len(ledger["tool_calls"]) >= 4 * (n + 1)
 
     entries = calls_by_id(ledger)
     for n in range(20):
@@ -737,8 +773,9 @@ def test_twenty_compactions_keep_every_fact_that_matters() -> None:
         "r0_ticket",
     ]
 
+    said = {constraint["text"]: constraint for constraint in ledger["constraints"]}
     for n in range(20):
-        assert f"Never refund more than ${n + 10}.00 in round {n}." in ledger["constraints"]
+        assert said[f"Never refund more than ${n + 10}.00 in round {n}."]["last_turn"] == n + 1
         for identifier in (
             f"ORD-2026-{n:04d}",
             f"${n + 10}.00",
@@ -748,13 +785,32 @@ def test_twenty_compactions_keep_every_fact_that_matters() -> None:
             assert identifier in ledger["identifiers"]
         # Only seen in a read-only search result, which stays readable in the archive.
         assert f"/srv/docs/refunds_{n}.md" not in ledger["identifiers"]
-        assert f"Always mention PREF-{n:04d}." not in ledger["constraints"]
+        assert f"Always mention PREF-{n:04d}." not in said
     assert len(ledger["constraints"]) == 20  # "Handle order ... now." has no marker
     assert len(ledger["identifiers"]) == len(set(ledger["identifiers"]))
 
     text = render_ledger(ledger)
     assert "Read-only successes folded: lookup_order ×40, search_docs ×20" in text
     assert "- [unknown] charge_card(amount=10.00, idempotency_key=key-19) id=r19_charge" in text
+
+    # Under a tighter bound, only the newest side effects of unknown outcome stay listed;
+    # every other call is counted per tool and status, and no call goes uncounted.
+    tight = bound_ledger(ledger, max_tool_calls=10, max_identifiers=500)
+    assert [e["id"] for e in tight["tool_calls"]] == [
+        *(f"r{n}_charge" for n in range(11, 20)),
+        "r19_ticket",
+    ]
+    assert tight["folded_calls"] == {
+        "send_email": {"succeeded": 20},
+        "get_invoice": {"failed": 20},
+        "charge_card": {"unknown": 11},
+        "create_ticket": {"succeeded": 19},
+    }
+    folded_total = sum(n for counts in tight["folded_calls"].values() for n in counts.values())
+    assert len(tight["tool_calls"]) + sum(tight["aggregated"].values()) + folded_total == 7 * 20
+    assert "Older calls in the archive (read_history): send_email succeeded ×20" in render_ledger(
+        tight
+    )
 
 
 def test_summary_check_after_many_compactions() -> None:

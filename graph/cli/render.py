@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ctxgraph.state.messages import content_text
+from ctxgraph.store.persistence.archive import TAMPERED
 
 PREVIEW_CHARS = 300
 LINE_CHARS = 100
@@ -17,6 +18,23 @@ LINE_CHARS = 100
 def plural(count: int, noun: str) -> str:
     """``count`` and ``noun``, plural unless ``count`` is 1: ``1 compaction``, ``2 compactions``."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def archive_marker_line(version: int, folded: int, cursor: object) -> str:
+    """The line after an archived compaction's messages in a thread's transcript."""
+    were = "was" if folded == 1 else "were"
+    return (
+        f"──── compaction v{version}: the {plural(folded, 'message')} above {were} folded "
+        f"into the summary (cursor {cursor}) ────"
+    )
+
+
+def tampered_marker_line(version: int, reason: str) -> str:
+    """The line before the messages of an archived record that fails its stored hashes."""
+    return (
+        f"!!!! compaction v{version}: {TAMPERED} ({reason}); the messages below may not be "
+        "what was said !!!!"
+    )
 
 
 def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:

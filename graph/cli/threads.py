@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from langchain_core.messages import BaseMessage
 
-from ctxgraph.graph.cli.render import plural, transcript_lines
+from ctxgraph.graph.cli.render import (
+    archive_marker_line,
+    plural,
+    tampered_marker_line,
+    transcript_lines,
+)
 from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
 from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
     ThreadArchive,
+    committed_version,
     record_messages,
-    verify_records,
+    tampered_versions,
+    verify_versioned,
 )
 from ctxgraph.store.persistence.connection import Persistence
 
@@ -25,12 +32,20 @@ class UnknownThreadError(LookupError):
 
 @dataclass(frozen=True)
 class SavedThread:
-    """A thread as persisted: the checkpointed window, summary and mark, and its archive."""
+    """A thread as persisted: the checkpointed window, summary and mark, and its archive.
+
+    ``archive`` holds the committed versions only, those at or below the mark; the
+    versions above it are ``prepared``: leftovers of an interrupted compaction, which are
+    not part of the history.
+    """
 
     window: list[BaseMessage]
     summary: dict[str, Any] | None
     mark: dict[str, Any] | None
     archive: list[ArchiveRecord]
+    versions: list[int] = field(default_factory=list)
+    """The Store version of each record of ``archive``."""
+    prepared: list[tuple[int, ArchiveRecord]] = field(default_factory=list)
 
 
 def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
@@ -40,11 +55,17 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
         raise UnknownThreadError(f"no thread {thread_id!r} has been saved in this database")
     values = saved.checkpoint["channel_values"]
     window = [m for m in values.get("messages", []) if isinstance(m, BaseMessage)]
+    mark = values.get("compaction")
+    upto = committed_version(mark)
+    stored = ThreadArchive(persistence.store, thread_id).versioned()
+    committed = [(v, r) for v, r in stored if upto is None or v <= upto]
     return SavedThread(
         window=window,
         summary=values.get("summary"),
-        mark=values.get("compaction"),
-        archive=ThreadArchive(persistence.store, thread_id).records(),
+        mark=mark,
+        archive=[record for _, record in committed],
+        versions=[version for version, _ in committed],
+        prepared=[(v, r) for v, r in stored if upto is not None and v > upto],
     )
 
 
@@ -58,11 +79,16 @@ def show_thread(
 ) -> None:
     """Print every message of the thread: archived compactions first, then the window.
 
-    ``with_summary`` adds the current summary and its ledger; ``clip`` shortens each
-    message to one line of at most that many characters.
+    Only committed compactions are shown. A record whose content no longer matches its
+    stored hashes is preceded by a marker line saying it was modified after it was
+    archived. ``with_summary`` adds the current summary and its ledger; ``clip`` shortens
+    each message to one line of at most that many characters.
     """
     thread = load_thread(persistence, thread_id)
-    archived = sum(len(record["messages"]) for record in thread.archive)
+    versioned = list(zip(thread.versions, thread.archive, strict=True))
+    modified = tampered_versions(versioned, thread.mark)
+    folded = {version: _readable(record) for version, record in versioned}
+    archived = sum(len(messages or []) for messages in folded.values())
     total = archived + len(thread.window)
     if thread.archive:
         out.write(
@@ -72,19 +98,29 @@ def show_thread(
     else:
         out.write(f"thread {thread_id}: {plural(total, 'message')}\n")
     number = 1
-    for record in thread.archive:
-        messages = record_messages(record)
-        out.write("\n".join(transcript_lines(messages, start=number, clip=clip)) + "\n")
+    for version, record in versioned:
+        messages = folded[version]
+        if version in modified:
+            out.write(tampered_marker_line(version, modified[version]) + "\n")
+        if messages is None:
+            out.write(f"(the messages of compaction v{version} cannot be read)\n")
+            continue
+        if messages:
+            out.write("\n".join(transcript_lines(messages, start=number, clip=clip)) + "\n")
         number += len(messages)
-        were = "was" if len(messages) == 1 else "were"
-        out.write(
-            f"──── compaction v{record['version']}: the {plural(len(messages), 'message')} "
-            f"above {were} folded into the summary (cursor {record['cursor']}) ────\n"
-        )
+        out.write(archive_marker_line(version, len(messages), record.get("cursor")) + "\n")
     if thread.window:
         out.write("\n".join(transcript_lines(thread.window, start=number, clip=clip)) + "\n")
     if with_summary:
         out.write("\n" + summary_text(thread) + "\n")
+
+
+def _readable(record: ArchiveRecord) -> list[BaseMessage] | None:
+    """A record's messages, or None when a damaged record's messages cannot be read."""
+    try:
+        return record_messages(record)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def summary_text(thread: SavedThread) -> str:
@@ -102,14 +138,33 @@ def summary_text(thread: SavedThread) -> str:
 
 
 def verify_thread_command(persistence: Persistence, thread_id: str, out: TextIO) -> int:
-    """Recompute checksums and the hash chain; exit status 0 when intact, 1 when broken."""
+    """Recompute checksums and the hash chain; exit status 0 when intact, 1 when broken.
+
+    Versions above the thread's mark are prepared leftovers of an interrupted compaction:
+    they are named on a line of their own and do not make the thread broken.
+    """
     thread = load_thread(persistence, thread_id)
-    report = verify_records(thread.archive, thread.mark)
+    committed = list(zip(thread.versions, thread.archive, strict=True))
+    report = verify_versioned(committed, thread.mark)
     if report.ok:
         checked = plural(report.versions_checked, "compaction version")
         out.write(f"thread {thread_id}: intact ({checked} verified against the thread state)\n")
-        return 0
-    out.write(
-        f"thread {thread_id}: BROKEN at version {report.first_broken_version}: {report.reason}\n"
+    else:
+        out.write(
+            f"thread {thread_id}: BROKEN at version {report.first_broken_version}: "
+            f"{report.reason}\n"
+        )
+    if thread.prepared:
+        out.write(_leftover_line(thread_id, [v for v, _ in thread.prepared], thread.mark) + "\n")
+    return 0 if report.ok else 1
+
+
+def _leftover_line(thread_id: str, versions: list[int], mark: dict[str, Any] | None) -> str:
+    listed = ", ".join(f"v{version}" for version in versions)
+    it_is = "it is a prepared leftover" if len(versions) == 1 else "they are prepared leftovers"
+    return (
+        f"thread {thread_id}: also found {listed} above the committed mark "
+        f"(v{committed_version(mark)}): {it_is} of an interrupted compaction, not part of "
+        "the history and harmless; "
+        + ("the next compaction replaces it" if len(versions) == 1 else "compactions replace them")
     )
-    return 1

@@ -191,8 +191,12 @@ def has_outcome_words(text: str) -> bool:
     return _SUCCESS_WORDS.search(text) is not None or _FAILURE_WORDS.search(text) is not None
 
 
+@lru_cache(maxsize=4_096)
 def token_pattern(text: str) -> re.Pattern[str]:
-    """Finds ``text`` as a whole token (``call_1`` but not inside ``call_12``)."""
+    """Finds ``text`` as a whole token (``call_1`` but not inside ``call_12``).
+
+    Memoized: every summary check looks for the same call ids and tool names again.
+    """
     return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(text)}(?![A-Za-z0-9_-])", re.IGNORECASE)
 
 

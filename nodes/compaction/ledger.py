@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -54,18 +56,135 @@ class ToolCallEntry(TypedDict):
     side_effect: bool
 
 
+class ConstraintEntry(TypedDict):
+    """One user constraint: its latest wording, how often it was said, and when last.
+
+    ``last_turn`` numbers the real user messages folded into the record, from 1; 0 marks a
+    constraint carried over from a record that did not number turns yet.
+    """
+
+    text: str
+    count: int
+    last_turn: int
+
+
 class Ledger(TypedDict):
-    """Facts that must survive compaction, merged across compactions."""
+    """Facts that must survive compaction, merged across compactions.
+
+    ``aggregated`` counts folded read-only successes per tool; ``folded_calls`` counts the
+    other folded calls per tool and status. ``constraints`` are ordered by the turn they
+    were last said, oldest first, and ``folded_constraints`` counts those dropped from the
+    record (the messages that said them are in the archive). ``user_turns`` is the number
+    of real user messages folded so far, which numbers the turns.
+    """
 
     tool_calls: list[ToolCallEntry]
     aggregated: dict[str, int]
-    constraints: list[str]
+    folded_calls: dict[str, dict[str, int]]
+    constraints: list[ConstraintEntry]
+    folded_constraints: int
     identifiers: list[str]
+    user_turns: int
 
 
 def empty_ledger() -> Ledger:
     """A ledger with nothing in it."""
-    return {"tool_calls": [], "aggregated": {}, "constraints": [], "identifiers": []}
+    return {
+        "tool_calls": [],
+        "aggregated": {},
+        "folded_calls": {},
+        "constraints": [],
+        "folded_constraints": 0,
+        "identifiers": [],
+        "user_turns": 0,
+    }
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _constraint(value: object) -> ConstraintEntry | None:
+    """A stored constraint in either shape: a plain string (older records) or an entry."""
+    if isinstance(value, str):
+        return {"text": value, "count": 1, "last_turn": 0}
+    if isinstance(value, Mapping) and isinstance(value.get("text"), str):
+        count = max(1, _int(value.get("count")))
+        return {"text": value["text"], "count": count, "last_turn": _int(value.get("last_turn"))}
+    return None
+
+
+def read_ledger(raw: Mapping[str, Any] | None) -> Ledger:
+    """A ledger as stored in a summary, in the current shape, whatever version wrote it.
+
+    Records written before constraints were counted hold them as plain strings; those
+    become entries said once, at turn 0 (before turns were numbered). Missing keys read
+    as empty. The input is not changed.
+    """
+    ledger = empty_ledger()
+    if not raw:
+        return ledger
+    ledger["tool_calls"] = [_copy(entry) for entry in raw.get("tool_calls") or []]
+    ledger["aggregated"] = dict(raw.get("aggregated") or {})
+    ledger["folded_calls"] = {
+        name: dict(counts) for name, counts in (raw.get("folded_calls") or {}).items()
+    }
+    entries = (_constraint(value) for value in raw.get("constraints") or [])
+    ledger["constraints"] = _merge_constraints([e for e in entries if e is not None])
+    ledger["folded_constraints"] = _int(raw.get("folded_constraints"))
+    ledger["identifiers"] = list(raw.get("identifiers") or [])
+    ledger["user_turns"] = _int(raw.get("user_turns"))
+    return ledger
+
+
+_FILLER = re.compile(
+    r"^(?:(?:please|remember(?:\s+to)?|reminder|again|also|and|just|still|note|as\s+i\s+said"
+    r"|记得|还是|请|再次|再说一次|提醒一下|注意|另外|还有|也)(?![a-z])[\s\W_]*)+"
+)
+"""Reminder and politeness words a repeated constraint may start with."""
+
+
+@lru_cache(maxsize=4_096)
+def constraint_key(text: str) -> str:
+    """What two wordings of one constraint share; equal keys mean the same constraint.
+
+    The key is the NFKC-normalized, case-folded text without leading reminder or
+    politeness words ("please", "remember", 请, 记得, 还是, 也, ...), punctuation and
+    white space. So "不要改收货地址。", "不要改 收货地址" and "记得不要改收货地址！" are one
+    constraint, while wordings that differ in any other letter, digit or symbol (an
+    amount, an id, a currency sign) are not. Memoized: records read the same texts again.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = _FILLER.sub("", _LEADING.sub("", folded))
+    key = "".join(c for c in folded if not c.isspace() and not _is_punctuation(c))
+    return key or folded.strip()
+
+
+_LEADING = re.compile(r"^[\W_]+")
+"""Anything before a constraint's first letter or digit."""
+
+
+def _is_punctuation(char: str) -> bool:
+    return unicodedata.category(char).startswith("P")
+
+
+def _merge_constraints(entries: Iterable[ConstraintEntry]) -> list[ConstraintEntry]:
+    """Entries merged by ``constraint_key``: counts added, the latest wording and turn kept.
+
+    ``entries`` come in the order they were said; the result is ordered by the turn each
+    constraint was last said, oldest first (a repeat moves its constraint to the end).
+    """
+    merged: dict[str, ConstraintEntry] = {}
+    for entry in entries:
+        key = constraint_key(entry["text"])
+        old = merged.pop(key, None)
+        if old is None:
+            merged[key] = {**entry}
+        elif entry["last_turn"] >= old["last_turn"]:
+            merged[key] = {**entry, "count": old["count"] + entry["count"]}
+        else:  # an older wording arriving late never replaces the latest one
+            merged[key] = {**old, "count": old["count"] + entry["count"]}
+    return sorted(merged.values(), key=lambda entry: entry["last_turn"])
 
 
 def is_read_only(name: str, read_only_tools: frozenset[str] = frozenset()) -> bool:
@@ -161,14 +280,17 @@ def derive_ledger(
 
     Every tool call becomes an entry whose status comes from its tool result; a call with
     no result is ``planned`` when its message ends the slice, else ``unknown``. Constraints
-    are the marked sentences of real user messages. Identifiers come from message text,
-    tool arguments and the results of side-effect calls; a read-only result can be read
-    again (and is archived), so its contents are not copied into the ledger.
+    are the marked sentences of real user messages, merged by ``constraint_key`` with a
+    count and the last turn that said them (the slice's real user messages are turns 1,
+    2, ...; ``merge_ledgers`` moves them past the earlier record's). Identifiers come from
+    message text, tool arguments and the results of side-effect calls; a read-only result
+    can be read again (and is archived), so its contents are not copied into the ledger.
     """
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
     calls: dict[str, ToolCallEntry] = {}
-    constraints: list[str] = []
+    constraints: list[ConstraintEntry] = []
     identifiers: list[str] = []
+    turn = 0
     for message in messages:
         texts = [] if _read_only_result(message, calls) else [content_text(message)]
         if isinstance(message, AIMessage):
@@ -180,14 +302,20 @@ def derive_ledger(
         elif isinstance(message, ToolMessage) and message.tool_call_id not in calls:
             _upsert(calls, _result_entry(results[message.tool_call_id], read_only_tools))
         if is_real_user_message(message):
-            constraints.extend(s for s in split_sentences(texts[0]) if is_constraint(s))
+            turn += 1
+            constraints.extend(
+                {"text": sentence, "count": 1, "last_turn": turn}
+                for sentence in split_sentences(texts[0])
+                if is_constraint(sentence)
+            )
         for text in texts:
             identifiers.extend(extract_identifiers(text))
     return {
+        **empty_ledger(),
         "tool_calls": list(calls.values()),
-        "aggregated": {},
-        "constraints": _union(constraints),
+        "constraints": _merge_constraints(constraints),
         "identifiers": _union(identifiers),
+        "user_turns": turn,
     }
 
 
@@ -224,48 +352,115 @@ def _upsert(calls: dict[str, ToolCallEntry], entry: ToolCallEntry) -> None:
     calls[entry["id"]] = merged
 
 
-def merge_ledgers(previous: Ledger, new: Ledger) -> Ledger:
-    """``previous`` updated with ``new``: calls by id, counts added, lists unioned in order."""
+def _add_counts(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str, int]:
+    total = dict(first)
+    for name, count in second.items():
+        total[name] = total.get(name, 0) + count
+    return total
+
+
+def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger:
+    """``previous`` updated with ``new``: calls by id, counts added, lists unioned in order.
+
+    ``new`` numbers its turns from 1, as ``derive_ledger`` does; they are moved past the
+    ``user_turns`` of ``previous``. Constraints said in both are merged into one entry.
+    Either ledger may be in an older stored shape (see ``read_ledger``).
+    """
+    old, fresh = read_ledger(previous), read_ledger(new)
     calls: dict[str, ToolCallEntry] = {}
-    for entry in [*previous["tool_calls"], *new["tool_calls"]]:
+    for entry in [*old["tool_calls"], *fresh["tool_calls"]]:
         _upsert(calls, entry)
-    aggregated = dict(previous["aggregated"])
-    for name, count in new["aggregated"].items():
-        aggregated[name] = aggregated.get(name, 0) + count
+    shift = old["user_turns"]
+    moved: list[ConstraintEntry] = [
+        {**entry, "last_turn": entry["last_turn"] + shift if entry["last_turn"] else 0}
+        for entry in fresh["constraints"]
+    ]
+    folded_calls = {
+        name: _add_counts(old["folded_calls"].get(name, {}), fresh["folded_calls"].get(name, {}))
+        for name in [*old["folded_calls"], *fresh["folded_calls"]]
+    }
     return {
         "tool_calls": list(calls.values()),
-        "aggregated": aggregated,
-        "constraints": _union(previous["constraints"], new["constraints"]),
-        "identifiers": _union(previous["identifiers"], new["identifiers"]),
+        "aggregated": _add_counts(old["aggregated"], fresh["aggregated"]),
+        "folded_calls": folded_calls,
+        "constraints": _merge_constraints([*old["constraints"], *moved]),
+        "folded_constraints": old["folded_constraints"] + fresh["folded_constraints"],
+        "identifiers": _union(old["identifiers"], fresh["identifiers"]),
+        "user_turns": old["user_turns"] + fresh["user_turns"],
     }
 
 
-def bound_ledger(ledger: Ledger, *, max_tool_calls: int, max_identifiers: int) -> Ledger:
-    """Keep the ledger small without losing what matters.
+def _fold_rank(entry: ToolCallEntry) -> int:
+    """The order calls fold in: 0 folds first, 3 last.
 
-    Above ``max_tool_calls`` entries, the oldest read-only successes are folded into
-    per-tool counts; side effects and non-success states are never folded, so the result
-    may stay above the bound. Only the ``max_identifiers`` most recent identifiers are
-    kept. Constraints are never dropped.
+    Read-only successes, then read-only non-successes, side-effect successes and
+    side-effect non-successes (a side effect of unknown outcome goes last).
     """
-    if max_tool_calls < 0 or max_identifiers < 0:
+    return (2 if entry["side_effect"] else 0) + (entry["status"] != "succeeded")
+
+
+def bound_ledger(
+    ledger: Mapping[str, Any],
+    *,
+    max_tool_calls: int,
+    max_identifiers: int,
+    max_constraint_tokens: int | None = None,
+) -> Ledger:
+    """Keep the ledger within its bounds, whatever the length of the thread.
+
+    - At most ``max_tool_calls`` calls stay listed. Above it, calls are folded by
+      ``_fold_rank``, oldest first within a rank: read-only successes into ``aggregated``
+      (per tool), every other call into ``folded_calls`` (per tool and status). So the
+      newest side effects and non-success states are the last to go.
+    - Only the ``max_identifiers`` most recent identifiers are kept.
+    - With ``max_constraint_tokens``, the constraints said most recently are kept while
+      their rendered lines fit it, and the older ones are folded (counted in
+      ``folded_constraints``; the messages that said them are in the archive). The one
+      said last always stays, verbatim.
+    """
+    if max_tool_calls < 0 or max_identifiers < 0 or (max_constraint_tokens or 0) < 0:
         raise ValueError("ledger bounds must not be negative")
-    aggregated = dict(ledger["aggregated"])
-    excess = len(ledger["tool_calls"]) - max_tool_calls
-    calls: list[ToolCallEntry] = []
-    for entry in ledger["tool_calls"]:
-        if excess > 0 and entry["status"] == "succeeded" and not entry["side_effect"]:
-            aggregated[entry["name"]] = aggregated.get(entry["name"], 0) + 1
-            excess -= 1
-        else:
-            calls.append(_copy(entry))
-    identifiers = ledger["identifiers"]
-    return {
-        "tool_calls": calls,
-        "aggregated": aggregated,
-        "constraints": list(ledger["constraints"]),
-        "identifiers": list(identifiers[max(0, len(identifiers) - max_identifiers) :]),
-    }
+    bounded = read_ledger(ledger)
+    calls = bounded["tool_calls"]
+    excess = len(calls) - max_tool_calls
+    if excess > 0:
+        ranked = sorted(range(len(calls)), key=lambda index: (_fold_rank(calls[index]), index))
+        folded = set(ranked[:excess])
+        for index in sorted(folded):
+            _fold_call(bounded, calls[index])
+        bounded["tool_calls"] = [e for index, e in enumerate(calls) if index not in folded]
+    identifiers = bounded["identifiers"]
+    bounded["identifiers"] = identifiers[max(0, len(identifiers) - max_identifiers) :]
+    if max_constraint_tokens is not None:
+        constraints = bounded["constraints"]
+        kept = _newest_within(constraints, max_constraint_tokens)
+        bounded["constraints"] = constraints[len(constraints) - kept :]
+        bounded["folded_constraints"] += len(constraints) - kept
+    return bounded
+
+
+def _fold_call(ledger: Ledger, entry: ToolCallEntry) -> None:
+    name = entry["name"]
+    if entry["status"] == "succeeded" and not entry["side_effect"]:
+        ledger["aggregated"][name] = ledger["aggregated"].get(name, 0) + 1
+        return
+    counts = ledger["folded_calls"].setdefault(name, {})
+    counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+
+
+def _line_cost(line: str) -> int:
+    return count_text(line) + 1
+
+
+def _newest_within(constraints: Sequence[ConstraintEntry], max_tokens: int) -> int:
+    """How many of the newest constraints fit ``max_tokens`` (at least one, if any)."""
+    used = kept = 0
+    for entry in reversed(constraints):
+        used += _line_cost(_render_constraint(entry))
+        if kept and used > max_tokens:
+            break
+        kept += 1
+    return kept
 
 
 def _render_call(entry: ToolCallEntry) -> str:
@@ -279,90 +474,177 @@ def _render_call(entry: ToolCallEntry) -> str:
     return line
 
 
-def render_ledger(ledger: Ledger, *, unlisted: Mapping[str, int] | None = None) -> str:
+def _render_constraint(entry: ConstraintEntry) -> str:
+    """The constraint verbatim; a repeated one also says how often and when it was last."""
+    count, turn = entry["count"], entry["last_turn"]
+    if count == 1:
+        return f"- {entry['text']}"
+    said = f"said {count}×, last in turn {turn}" if turn else f"said {count}×"
+    return f"- {entry['text']} [{said}]"
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} ×{n}" for name, n in counts.items())
+
+
+def render_ledger(ledger: Mapping[str, Any], *, unlisted: Mapping[str, int] | None = None) -> str:
     """The ledger as a compact text block for the model; empty for an empty ledger.
 
-    ``unlisted`` counts, per tool, successful calls left out of this rendering.
+    ``unlisted`` counts, per tool, successful calls left out of this rendering. Any stored
+    shape of the ledger is accepted (see ``read_ledger``).
     """
+    return _render(read_ledger(ledger), unlisted)
+
+
+def _render(view: Ledger, unlisted: Mapping[str, int] | None = None) -> str:
     lines: list[str] = []
-    if ledger["tool_calls"] or ledger["aggregated"] or unlisted:
+    if view["tool_calls"] or view["aggregated"] or view["folded_calls"] or unlisted:
         lines.append("TOOL CALLS (recorded by code, authoritative):")
-        lines.extend(_render_call(entry) for entry in ledger["tool_calls"])
-        if ledger["aggregated"]:
-            counts = ", ".join(f"{name} ×{n}" for name, n in ledger["aggregated"].items())
-            lines.append(f"Read-only successes folded: {counts}")
+        lines.extend(_render_call(entry) for entry in view["tool_calls"])
+        if view["aggregated"]:
+            lines.append(f"Read-only successes folded: {_counts(view['aggregated'])}")
+        if view["folded_calls"]:
+            folded = {
+                f"{name} {status}": n
+                for name, counts in view["folded_calls"].items()
+                for status, n in counts.items()
+            }
+            lines.append(f"Older calls in the archive (read_history): {_counts(folded)}")
         if unlisted:
-            counts = ", ".join(f"{name} ×{n}" for name, n in unlisted.items())
-            lines.append(f"Older successes not listed here (all succeeded): {counts}")
-    if ledger["constraints"]:
+            lines.append(f"Older successes not listed here (all succeeded): {_counts(unlisted)}")
+    if view["constraints"] or view["folded_constraints"]:
         lines.append("USER CONSTRAINTS (verbatim):")
-        lines.extend(f"- {constraint}" for constraint in ledger["constraints"])
-    if ledger["identifiers"]:
-        lines.append("IDENTIFIERS: " + ", ".join(ledger["identifiers"]))
+        lines.extend(_render_constraint(entry) for entry in view["constraints"])
+        folded_constraints = view["folded_constraints"]
+        if folded_constraints:
+            lines.append(
+                f"{folded_constraints} older constraint"
+                + (" is" if folded_constraints == 1 else "s are")
+                + " in the archive (read_history)"
+            )
+    if view["identifiers"]:
+        lines.append("IDENTIFIERS: " + ", ".join(view["identifiers"]))
     return "\n".join(lines)
 
 
-def render_ledger_within(ledger: Ledger, max_tokens: int) -> str:
-    """Render the ledger within about ``max_tokens``, dropping the least critical lines first.
+_Shown = tuple[Literal["constraint", "call", "identifier"], int]
+"""An item a budgeted rendering lists: its kind and its index in the ledger."""
 
-    Non-success states and constraints are always shown. Successes are listed newest
-    first while they fit (side effects before read-only calls), then identifiers, newest
-    first; successes left out are counted per tool. The full ledger stays in the state.
+COUNT_LINES_ROOM = 48
+"""Tokens a budgeted rendering sets aside for its headings and "not listed" count lines."""
+
+
+def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
+    """Render the ledger within ``max_tokens``, dropping the least critical lines first.
+
+    Lines are chosen newest first, in this order of priority: constraints (the one said
+    last always), non-success calls (side effects first), successes (side effects first),
+    then identifiers. What is left out is counted: constraints and non-success calls as
+    being in the archive, successes per tool. Only a single constraint longer than the
+    whole budget can exceed it. The full ledger stays in the state.
     """
-    calls = ledger["tool_calls"]
-    shown = {id(e) for e in calls if e["status"] != "succeeded"}
-    fixed: Ledger = {
-        **ledger,
-        "tool_calls": [e for e in calls if id(e) in shown],
-        "identifiers": [],
-    }
-    used = count_text(render_ledger(fixed)) + 32  # room for the "not listed" line
-    successes = [e for e in reversed(calls) if e["status"] == "succeeded"]
-    successes.sort(key=lambda e: not e["side_effect"])  # stable: side effects first
-    for entry in successes:
-        cost = count_text(_render_call(entry)) + 1
-        if used + cost > max_tokens:
-            break
-        shown.add(id(entry))
+    full = read_ledger(ledger)
+    calls = full["tool_calls"]
+    candidates: list[tuple[_Shown, str]] = [
+        (("constraint", index), _render_constraint(full["constraints"][index]))
+        for index in reversed(range(len(full["constraints"])))
+    ]
+    newest = list(reversed(range(len(calls))))
+    for succeeded in (False, True):
+        for side_effect in (True, False):
+            candidates.extend(
+                (("call", index), _render_call(calls[index]))
+                for index in newest
+                if (calls[index]["status"] == "succeeded") == succeeded
+                and calls[index]["side_effect"] == side_effect
+            )
+    candidates.extend(
+        (("identifier", index), full["identifiers"][index])
+        for index in reversed(range(len(full["identifiers"])))
+    )
+    # Room for the headings and the count lines, then take lines while they fit; a kind
+    # of line stops at its first misfit, so what is listed is always the newest.
+    bare: Ledger = {**full, "tool_calls": [], "constraints": [], "identifiers": []}
+    used = count_text(_render(bare)) + COUNT_LINES_ROOM
+    floor = 1 if full["constraints"] else 0  # the constraint said last is always listed
+    shown: list[_Shown] = []
+    stopped: set[tuple[str, bool]] = set()
+    for item, line in candidates:
+        group = (item[0], item[0] == "call" and calls[item[1]]["status"] == "succeeded")
+        if group in stopped:
+            continue
+        cost = _line_cost(line)
+        if len(shown) >= floor and used + cost > max_tokens:
+            stopped.add(group)
+            continue
+        shown.append(item)
         used += cost
-    identifiers: list[str] = []
-    for identifier in reversed(ledger["identifiers"]):
-        cost = count_text(identifier) + 1
-        if used + cost > max_tokens:
-            break
-        identifiers.insert(0, identifier)
-        used += cost
-    unlisted: dict[str, int] = {}
-    for entry in calls:
-        if id(entry) not in shown:
-            unlisted[entry["name"]] = unlisted.get(entry["name"], 0) + 1
+    text = _render_view(full, shown)
+    while len(shown) > floor and count_text(text) > max_tokens:
+        shown.pop()
+        text = _render_view(full, shown)
+    return text
+
+
+def _render_view(full: Ledger, shown: Sequence[_Shown]) -> str:
+    """``full`` rendered with only the ``shown`` items listed and the rest counted."""
+    picked = set(shown)
     view: Ledger = {
-        **ledger,
-        "tool_calls": [e for e in calls if id(e) in shown],
-        "identifiers": identifiers,
+        **full,
+        "tool_calls": [],
+        "aggregated": dict(full["aggregated"]),
+        "folded_calls": {name: dict(counts) for name, counts in full["folded_calls"].items()},
     }
-    return render_ledger(view, unlisted=unlisted)
+    unlisted: dict[str, int] = {}
+    for index, entry in enumerate(full["tool_calls"]):
+        if ("call", index) in picked:
+            view["tool_calls"].append(entry)
+        elif entry["status"] == "succeeded":
+            unlisted[entry["name"]] = unlisted.get(entry["name"], 0) + 1
+        else:
+            _fold_call(view, entry)
+    constraints = full["constraints"]
+    view["constraints"] = [e for i, e in enumerate(constraints) if ("constraint", i) in picked]
+    view["folded_constraints"] += len(constraints) - len(view["constraints"])
+    view["identifiers"] = [
+        e for i, e in enumerate(full["identifiers"]) if ("identifier", i) in picked
+    ]
+    return _render(view, unlisted)
 
 
-_Target = tuple[re.Pattern[str], str, list[ToolCallEntry] | None]
-"""How a call is named (its id, or its tool name), the tool, and the entries meant.
+_Target = tuple[re.Pattern[str], str, tuple[str, ...], str | None]
+"""How a call is named (its id, or its tool name), the tool, the listed call ids meant,
+and their one status.
 
-``None`` marks a tool name whose entries disagree on status: named, but not checkable.
+A status of ``None`` marks a tool name whose calls disagree on status: named, but not
+checkable.
 """
 _Mention = tuple[int, int, _Target]
 
 
 def _targets(ledger: Ledger) -> tuple[list[_Target], list[_Target]]:
-    by_id: list[_Target] = [(token_pattern(e["id"]), e["name"], [e]) for e in ledger["tool_calls"]]
-    groups: dict[str, list[ToolCallEntry]] = {}
+    """Calls a summary may name: by id, and by tool name with the statuses it has had.
+
+    Folded calls count towards a name's statuses, so folding never makes a name with
+    mixed outcomes look uniform.
+    """
+    by_id: list[_Target] = [
+        (token_pattern(e["id"]), e["name"], (e["id"],), e["status"]) for e in ledger["tool_calls"]
+    ]
+    ids: dict[str, list[str]] = {}
+    statuses: dict[str, set[str]] = {}
     for entry in ledger["tool_calls"]:
-        groups.setdefault(entry["name"], []).append(entry)
+        ids.setdefault(entry["name"], []).append(entry["id"])
+        statuses.setdefault(entry["name"], set()).add(entry["status"])
+    for name, count in ledger["aggregated"].items():
+        if count > 0:
+            statuses.setdefault(name, set()).add("succeeded")
+    for name, counts in ledger["folded_calls"].items():
+        statuses.setdefault(name, set()).update(s for s, n in counts.items() if n > 0)
     by_name: list[_Target] = []
-    for name, entries in groups.items():
-        statuses = {entry["status"] for entry in entries}
-        if ledger["aggregated"].get(name, 0) > 0:
-            statuses.add("succeeded")
-        by_name.append((token_pattern(name), name, entries if len(statuses) == 1 else None))
+    for name, seen in statuses.items():
+        status = next(iter(seen)) if len(seen) == 1 else None
+        by_name.append((token_pattern(name), name, tuple(ids.get(name, ())), status))
     return by_id, by_name
 
 
@@ -376,13 +658,12 @@ def _mentions(
     """
     mentions = [(m.start(), m.end(), t) for t in by_id for m in t[0].finditer(sentence)]
     named = {mention[2][1] for mention in mentions}
-    for pattern, name, targets in by_name:
+    for target in by_name:
+        pattern, name = target[0], target[1]
         if name in named:
             sentence = pattern.sub(lambda m: " " * len(m.group(0)), sentence)
         else:
-            mentions.extend(
-                (m.start(), m.end(), (pattern, name, targets)) for m in pattern.finditer(sentence)
-            )
+            mentions.extend((m.start(), m.end(), target) for m in pattern.finditer(sentence))
     ordered: list[_Mention] = []
     for mention in sorted(mentions, key=lambda mention: (mention[0], -mention[1])):
         if not ordered or mention[0] >= ordered[-1][1]:
@@ -390,35 +671,37 @@ def _mentions(
     return sentence, ordered
 
 
-def find_contradictions(summary_text: str, ledger: Ledger) -> list[str]:
+def find_contradictions(summary_text: str, ledger: Mapping[str, Any]) -> list[str]:
     """Sentences of a summary that assert a call outcome the ledger disagrees with.
 
-    A call is named by its id, or by its tool name when all its entries share one status.
-    A success word for a call that is not ``succeeded``, or a failure word (and no success
-    word) for one that is, is reported once per sentence and call.
+    A call is named by its id, or by its tool name when all its calls, listed or folded
+    into counts, share one status. A success word for a call that is not ``succeeded``, or
+    a failure word (and no success word) for one that is, is reported once per sentence
+    and call.
     """
-    by_id, by_name = _targets(ledger)
+    by_id, by_name = _targets(read_ledger(ledger))
     problems: list[str] = []
     for sentence in split_sentences(summary_text):
         if not has_outcome_words(sentence):
             continue  # no claim of any outcome, so nothing to contradict
         analysed, mentions = _mentions(sentence, by_id, by_name)
-        reported: set[str] = set()
-        for (_, _, (_, name, entries)), (success, failure) in zip(
+        reported: set[tuple[str, str]] = set()
+        for (_, _, (_, name, ids, status)), (success, failure) in zip(
             mentions, claims_by_mention(analysed, [(m[0], m[1]) for m in mentions]), strict=True
         ):
-            status = entries[0]["status"] if entries else "ambiguous"
-            if success and status not in {"succeeded", "ambiguous"}:
+            if status is None:
+                continue  # mixed outcomes: nothing to check the claim against
+            if success and status != "succeeded":
                 said = "succeeded"
             elif failure and not success and status == "succeeded":
                 said = "failed"
             else:
                 continue
-            ids = ", ".join(entry["id"] for entry in entries or [])
-            if ids not in reported:
-                reported.add(ids)
+            calls = f"call {', '.join(ids)}" if ids else "folded calls"
+            if (name, calls) not in reported:
+                reported.add((name, calls))
                 problems.append(
-                    f"the summary says {name} (call {ids}) {said}, but the ledger "
+                    f"the summary says {name} ({calls}) {said}, but the ledger "
                     f'records it as {status}: "{sentence}"'
                 )
     return problems

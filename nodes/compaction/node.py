@@ -13,6 +13,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
+from ctxgraph.nodes.compaction.commit import CompactionCommit, ThreadHead
 from ctxgraph.nodes.compaction.ledger import (
     Ledger,
     bound_ledger,
@@ -77,9 +78,22 @@ class CompactNode:
     """Router and node: decides when to compact, then summarizes, verifies and commits."""
 
     def __init__(
-        self, models: Models, builder: RequestMeasurer, settings: Settings, counter: TokenCounter
+        self,
+        models: Models,
+        builder: RequestMeasurer,
+        settings: Settings,
+        counter: TokenCounter,
+        *,
+        head: ThreadHead | None = None,
     ) -> None:
+        """``head`` reads the thread's saved state for the compare-and-set commit.
+
+        Give it when the graph is compiled with a checkpointer (see
+        ``ctxgraph.nodes.compaction.commit.checkpoint_head``); without it, the commit relies
+        on one run per thread at a time, as a LangGraph server guarantees.
+        """
         self._main = models.main
+        self._commit = CompactionCommit(head)
         self._builder = builder
         self._settings = settings
         self._counter = counter
@@ -137,7 +151,9 @@ class CompactNode:
         window = input_window(self._main, settings.context_window)
         messages = state.get("messages") or []
         expected_summary = self._expected_summary(state, settings)
-        keep = settings.keep_messages
+        # Each refusal in a row halves the messages the next attempt starts from, so a
+        # retry never repeats the split that was refused.
+        keep = max(1, settings.keep_messages >> _refusals(state))
         while True:
             old, kept = partition_history(messages, keep)
             # Large kept messages (big tool results) can leave no room for the summary:
@@ -150,26 +166,28 @@ class CompactNode:
     def _ledger(
         previous: dict[str, Any] | None, old: list[AnyMessage], settings: Settings
     ) -> Ledger:
-        """The previous ledger plus what the folded messages add, within its bounds."""
+        """The previous ledger plus what the folded messages add, within its bounds.
+
+        The previous ledger may be of any stored shape (see ``read_ledger``).
+        """
         merged = merge_ledgers(
             (previous or {}).get("ledger") or empty_ledger(),
             derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
         )
-        bounded = bound_ledger(
-            merged,
-            max_tool_calls=settings.ledger_max_tool_calls,
-            max_identifiers=settings.ledger_max_identifiers,
-        )
-        return bounded
+        return _bounded(merged, settings)
 
     def _expected_summary(self, state: AgentState, settings: Settings) -> int:
-        """A cautious guess at the next summary message's size: the current one's plus 15%."""
+        """A cautious guess at the next summary message's size: the current one's plus 15%.
+
+        After a refused compaction, the largest a summary may be.
+        """
+        largest = settings.summary_max_tokens + settings.ledger_budget
+        if _refusals(state):
+            return largest
         current = self._builder.summary_tokens(state, settings)
         if not current:
-            return (settings.summary_max_tokens + settings.ledger_budget) // 2
-        return min(
-            current + current // 7 + 100, settings.summary_max_tokens + settings.ledger_budget
-        )
+            return largest // 2
+        return min(current + current // 7 + 100, largest)
 
     def _room_after(
         self,
@@ -190,6 +208,7 @@ class CompactNode:
     ) -> dict[str, Any]:
         """Synchronous compaction."""
         plan = self._plan(state, runtime, config)
+        self._commit.audit.check(plan.archive, plan.mark)
         if not plan.old:
             return self._give_up(plan, "nothing old enough to fold")
         try:
@@ -200,14 +219,16 @@ class CompactNode:
         if isinstance(outcome, str):
             return self._give_up(plan, outcome)
         record, update = outcome
-        plan.archive.put(record, uncommitted=True)
-        return update
+        window = state.get("messages") or []
+        prepared = self._commit.prepare(plan.archive, record, plan.old, window, config)
+        return update if prepared else {}
 
     async def ainvoke(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Asynchronous compaction."""
         plan = self._plan(state, runtime, config)
+        await self._commit.audit.acheck(plan.archive, plan.mark)
         if not plan.old:
             return self._give_up(plan, "nothing old enough to fold")
         try:
@@ -218,49 +239,74 @@ class CompactNode:
         if isinstance(outcome, str):
             return self._give_up(plan, outcome)
         record, update = outcome
-        await plan.archive.aput(record, uncommitted=True)
-        return update
+        window = state.get("messages") or []
+        prepared = await self._commit.aprepare(plan.archive, record, plan.old, window, config)
+        return update if prepared else {}
 
     def _finish(
         self, plan: Plan, sections: dict[str, str]
     ) -> tuple[ArchiveRecord, dict[str, Any]] | str:
-        """Commit material for a checked summary; a string return says why it was rejected."""
-        summary = plan.summary(sections)
-        version = int(plan.mark.get("version", 0)) + 1
-        record = build_record(
-            version=version,
-            messages=plan.old,
-            summary=summary,
-            previous_cursor=int(plan.mark.get("cursor", 0)),
-            previous_chain_hash=str(plan.mark.get("chain_hash", CHAIN_SEED)),
-        )
-        mark = {
-            "version": version,
-            "cursor": record["cursor"],
-            "checksum": record["checksum"],
-            "chain_hash": record["chain_hash"],
-        }
-        after = self._measure(
-            {
-                "messages": plan.kept,
-                "summary": summary,
-                "compaction": mark,
-                "memory_view": plan.memory_view,
-            },
-            plan.settings,
-        )
-        problems = size_problems(plan.before, after, plan.settings, plan.window)
-        if problems:
-            return "; ".join(problems)
-        update = {
-            "summary": summary,
-            "compaction": mark,
-            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *plan.kept],
-        }
-        return record, update
+        """Commit material for a checked summary; a string return says why it was rejected.
+
+        If the compacted request would not shrink or would still fire a trigger, the record
+        is shrunk before the compaction is judged: the ledger's bounds are halved, step by
+        step (``RECORD_SHRINK_STEPS`` at most), and the first record whose request passes
+        is committed. The kept messages never change here, so memory extraction has
+        already seen exactly what is folded.
+        """
+        problems: list[str] = []
+        ledger = plan.ledger
+        for step in range(RECORD_SHRINK_STEPS + 1):
+            if step:
+                smaller = _bounded(plan.ledger, plan.settings, halved=step)
+                if smaller == ledger:
+                    continue
+                ledger = smaller
+            summary = {**plan.summary(sections), "ledger": ledger}
+            if step and summary_problems(summary, plan.settings):
+                continue
+            version = int(plan.mark.get("version", 0)) + 1
+            record = build_record(
+                version=version,
+                messages=plan.old,
+                summary=summary,
+                previous_cursor=int(plan.mark.get("cursor", 0)),
+                previous_chain_hash=str(plan.mark.get("chain_hash", CHAIN_SEED)),
+            )
+            mark = {
+                "version": version,
+                "cursor": record["cursor"],
+                "checksum": record["checksum"],
+                "chain_hash": record["chain_hash"],
+            }
+            after = self._measure(
+                {
+                    "messages": plan.kept,
+                    "summary": summary,
+                    "compaction": mark,
+                    "memory_view": plan.memory_view,
+                },
+                plan.settings,
+            )
+            problems = size_problems(plan.before, after, plan.settings, plan.window)
+            if not problems:
+                if step:
+                    logger.info("compaction record shrunk %d step(s) to fit the triggers", step)
+                update = {
+                    "summary": summary,
+                    "compaction": mark,
+                    "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *plan.kept],
+                    "compaction_retry": None,
+                }
+                return record, update
+        return "; ".join(problems)
 
     def _give_up(self, plan: Plan, reason: str) -> dict[str, Any]:
-        """Keep the old summary and every message; fail only if the request cannot fit."""
+        """Keep the old summary and every message; fail only if the request cannot fit.
+
+        The refusal is counted in ``compaction_retry``, so the next attempt keeps fewer
+        messages and budgets for the largest summary (see ``_choose_split``).
+        """
         logger.warning("compaction skipped, state left as it was: %s", reason)
         if plan.window is not None and plan.before.tokens > plan.window:
             raise CompactionError(
@@ -268,7 +314,7 @@ class CompactNode:
                 f"over the main model's input window of {plan.window}; "
                 f"{self._largest(plan.kept + plan.old)}"
             )
-        return {}
+        return {"compaction_retry": {"attempts": 1, "reason": reason}}
 
     def _largest(self, messages: list[AnyMessage]) -> str:
         if not messages:
@@ -281,19 +327,43 @@ class CompactNode:
         )
 
 
+RECORD_SHRINK_STEPS = 4
+"""How many times ``_finish`` may halve the ledger's bounds to make a compaction fit."""
+
+
+def _bounded(ledger: Ledger, settings: Settings, *, halved: int = 0) -> Ledger:
+    """``ledger`` within the bounds of ``settings``, each halved ``halved`` times."""
+    return bound_ledger(
+        ledger,
+        max_tool_calls=max(1, settings.ledger_max_tool_calls >> halved),
+        max_identifiers=settings.ledger_max_identifiers >> halved,
+        max_constraint_tokens=settings.constraint_budget >> halved,
+    )
+
+
+def _refusals(state: AgentState) -> int:
+    """Compactions refused in a row on this thread, as ``compaction_retry`` counts them."""
+    return int((state.get("compaction_retry") or {}).get("attempts", 0))
+
+
 def _require_store(store: BaseStore | None) -> BaseStore:
+    """The run's Store; without one, say where the Store comes from in each setup."""
     if store is None:
         raise CompactionError(
-            "compaction archives folded messages in a LangGraph Store, and this graph has "
-            "none: pass store= to build_graph (a LangGraph server provides one)"
+            "compaction archives folded messages in a LangGraph Store, and this run has "
+            "none: pass store= to build_graph; inside a parent graph, add ctxgraph with "
+            "ctxgraph.graph.as_subgraph(...) and compile the parent with store= (a "
+            "LangGraph server provides one)"
         )
     return store
 
 
 def _thread_id(config: RunnableConfig) -> str:
+    """The run's thread id; inside a parent graph it is the parent's thread id."""
     thread_id = (config.get("configurable") or {}).get("thread_id")
     if not isinstance(thread_id, str) or not thread_id:
         raise CompactionError(
-            "compaction needs a thread: pass config={'configurable': {'thread_id': ...}}"
+            "compaction needs a thread: pass config={'configurable': {'thread_id': ...}} "
+            f"(to the parent graph when ctxgraph runs inside one), got {thread_id!r}"
         )
     return thread_id

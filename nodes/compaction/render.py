@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger_within
+from ctxgraph.nodes.compaction.ledger import render_ledger_within
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("session_intent", "SESSION INTENT"),
@@ -29,9 +30,12 @@ def render_sections(summary: dict[str, Any]) -> str:
 
 
 def render_summary(summary: dict[str, Any], version: int, ledger_tokens: int) -> str:
-    """The summary as the main model sees it: sections, then the ledger within its budget."""
+    """The summary as the main model sees it: sections, then the ledger within its budget.
+
+    The ledger may be of any stored shape (see ``ctxgraph.nodes.compaction.ledger.read_ledger``).
+    """
     body = render_sections(summary)
-    ledger: Ledger | None = summary.get("ledger")
+    ledger: Mapping[str, Any] | None = summary.get("ledger")
     if ledger:
         rendered = render_ledger_within(ledger, ledger_tokens)
         if rendered:

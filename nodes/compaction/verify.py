@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from ctxgraph.nodes.compaction.ledger import Ledger, find_contradictions
+from ctxgraph.nodes.compaction.ledger import find_contradictions
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.request_size import RequestSize
@@ -35,8 +35,7 @@ def summary_problems(summary: dict[str, Any], settings: Settings) -> list[str]:
     if not isinstance(ledger, dict):
         problems.append("the ledger is missing")
     else:
-        # The ledger was built by derive/merge/bound_ledger, so its shape is known.
-        problems.extend(find_contradictions(text, cast(Ledger, ledger)))
+        problems.extend(find_contradictions(text, ledger))
     return problems
 
 

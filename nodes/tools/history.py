@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from langchain_core.messages import BaseMessage
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolRuntime
 
 from ctxgraph.nodes.compaction.summarizer import transcript
 from ctxgraph.state.context import Context
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, record_messages
+from ctxgraph.store.persistence.archive import (
+    TAMPERED,
+    ArchiveRecord,
+    ThreadArchive,
+    committed_version,
+    record_messages,
+    search_records,
+    tampered_versions,
+)
 
 MAX_RESULT_TOKENS = 2_000
 MAX_MESSAGE_CHARS = 2_000
@@ -27,12 +37,28 @@ def _archive(runtime: ToolRuntime[Context]) -> ThreadArchive:
     return ThreadArchive(runtime.store, thread_id)
 
 
+def _mark(runtime: ToolRuntime[Context]) -> Mapping[str, Any] | None:
+    """The compaction mark of the graph state the tool runs in: the archive's commit point."""
+    state: object = runtime.state
+    if isinstance(state, Mapping):
+        mark = state.get("compaction")
+    else:
+        mark = getattr(state, "compaction", None)
+    return mark if isinstance(mark, Mapping) else None
+
+
 def _validate(version: int | None, query: str | None, limit: int) -> int:
     if version is None and not (query and query.strip()):
         raise ValueError("give either version (a compaction number) or a non-empty query")
     if version is not None and version < 1:
         raise ValueError(f"version starts at 1, got {version}")
     return max(1, min(limit, 50))
+
+
+def _check_committed(version: int, upto: int | None) -> None:
+    """Refuse a version above the mark: a prepared leftover is not part of the history."""
+    if upto is not None and version > upto:
+        raise ValueError(f"there is no archived compaction version {version}")
 
 
 def _render(lines: list[str]) -> str:
@@ -48,23 +74,42 @@ def _render(lines: list[str]) -> str:
     return "\n".join(shown)
 
 
-def _by_version(record: ArchiveRecord | None, version: int, limit: int) -> str:
+def _by_version(
+    record: ArchiveRecord | None, version: int, limit: int, mark: Mapping[str, Any] | None
+) -> str:
     if record is None:
         raise ValueError(f"there is no archived compaction version {version}")
-    messages = record_messages(record)[:limit]
+    problem = tampered_versions([(version, record)], mark).get(version)
+    note = [] if problem is None else [f"note: {TAMPERED} ({problem}); its text may be wrong"]
+    try:
+        messages = record_messages(record)
+    except (KeyError, TypeError, ValueError):
+        return _render([f"archive version {version}:", *note, "(its messages cannot be read)"])
     return _render(
         [
-            f"archive version {version} ({len(record['messages'])} folded messages):",
-            *transcript(messages, max_chars=MAX_MESSAGE_CHARS).splitlines(),
+            f"archive version {version} ({len(messages)} folded messages):",
+            *note,
+            *transcript(messages[:limit], max_chars=MAX_MESSAGE_CHARS).splitlines(),
         ]
     )
 
 
-def _by_query(found: list[tuple[int, BaseMessage]], query: str) -> str:
+def _by_query(
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    query: str,
+    limit: int,
+    mark: Mapping[str, Any] | None,
+) -> str:
+    found = search_records([record for _, record in versioned], query, limit)
     if not found:
         return f"no archived message contains {query!r}"
+    modified = tampered_versions(versioned, mark)
     return _render(
-        [f"v{version}: {transcript([m], max_chars=MAX_MESSAGE_CHARS)}" for version, m in found]
+        [
+            f"v{version}{f' ({TAMPERED})' if version in modified else ''}: "
+            + transcript([message], max_chars=MAX_MESSAGE_CHARS)
+            for version, message in found
+        ]
     )
 
 
@@ -76,11 +121,13 @@ def read_history(
 ) -> str:
     """Read archived messages by compaction version or by text."""
     limit = _validate(version, query, limit)
-    archive = _archive(runtime)
+    archive, mark = _archive(runtime), _mark(runtime)
+    upto = committed_version(mark)
     if version is not None:
-        return _by_version(archive.get(version), version, limit)
+        _check_committed(version, upto)
+        return _by_version(archive.get(version), version, limit, mark)
     assert query is not None
-    return _by_query(archive.search_messages(query, limit), query)
+    return _by_query(archive.versioned(upto=upto), query, limit, mark)
 
 
 async def aread_history(
@@ -91,11 +138,13 @@ async def aread_history(
 ) -> str:
     """Async twin of ``read_history``."""
     limit = _validate(version, query, limit)
-    archive = _archive(runtime)
+    archive, mark = _archive(runtime), _mark(runtime)
+    upto = committed_version(mark)
     if version is not None:
-        return _by_version(await archive.aget(version), version, limit)
+        _check_committed(version, upto)
+        return _by_version(await archive.aget(version), version, limit, mark)
     assert query is not None
-    return _by_query(await archive.asearch_messages(query, limit), query)
+    return _by_query(await archive.aversioned(upto=upto), query, limit, mark)
 
 
 def read_history_tool() -> BaseTool:

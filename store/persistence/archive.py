@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypedDict, cast
 
@@ -45,18 +45,27 @@ class ArchiveRecord(TypedDict):
     created_at: str
 
 
+TAMPERED = "this record was modified after it was archived"
+"""How readers mark an archived record whose content no longer matches its stored hashes."""
+
+
 class ArchiveConflictError(RuntimeError):
-    """A different record is already archived under the same version."""
+    """A different record is already archived under the same, committed, version."""
 
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """Outcome of verifying an archive; names the first broken version and why."""
+    """Outcome of verifying an archive; names the first broken version and why.
+
+    ``prepared`` lists the versions found above the thread's committed mark: leftovers of
+    an interrupted compaction, which are not part of the history and are not verified.
+    """
 
     ok: bool
     versions_checked: int
     first_broken_version: int | None
     reason: str | None
+    prepared: tuple[int, ...] = ()
 
 
 def version_key(version: int) -> str:
@@ -102,6 +111,21 @@ def record_messages(record: ArchiveRecord) -> list[BaseMessage]:
     return messages_from_dict(record["messages"])
 
 
+def committed_version(mark: Mapping[str, Any] | None) -> int | None:
+    """The last committed archive version a thread state's mark names (0 before any).
+
+    The mark is the commit point: a version above it is a prepared leftover of an
+    interrupted compaction, not history. None means the mark holds no valid version, so a
+    reader cannot tell committed from prepared (``verify`` reports such a mark as broken).
+    """
+    if not mark:
+        return 0
+    version = mark.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        return None
+    return version
+
+
 class ThreadArchive:
     """The archive of one thread: one Store item per compaction version."""
 
@@ -113,21 +137,25 @@ class ThreadArchive:
         self.namespace = thread_archive(thread_id)
         self._page_size = page_size
 
-    def put(self, record: ArchiveRecord, *, uncommitted: bool = False) -> None:
+    def put(self, record: ArchiveRecord, *, committed_version: int | None = None) -> None:
         """Archive ``record``; a no-op if the same record is already there.
 
-        ``uncommitted=True`` says the thread state has not committed this version yet, so
-        a different record under its key is a leftover of an interrupted attempt and is
-        replaced instead of raising ``ArchiveConflictError``.
+        ``committed_version`` is the version of the thread state's mark. A record above it
+        is *prepared*: a different record under its key is a leftover of an interrupted
+        compaction and is replaced. A committed version (at or below the mark, or any
+        version when no mark is given) is never overwritten: a different record there
+        raises ``ArchiveConflictError``.
         """
         key = version_key(record["version"])
-        if uncommitted or not _already_stored(record, self.store.get(self.namespace, key)):
+        existing = self.store.get(self.namespace, key)
+        if not _already_stored(record, existing, _prepared(record, committed_version)):
             self.store.put(self.namespace, key, dict(record), index=False)
 
-    async def aput(self, record: ArchiveRecord, *, uncommitted: bool = False) -> None:
+    async def aput(self, record: ArchiveRecord, *, committed_version: int | None = None) -> None:
         """Async :meth:`put`."""
         key = version_key(record["version"])
-        if uncommitted or not _already_stored(record, await self.store.aget(self.namespace, key)):
+        existing = await self.store.aget(self.namespace, key)
+        if not _already_stored(record, existing, _prepared(record, committed_version)):
             await self.store.aput(self.namespace, key, dict(record), index=False)
 
     def get(self, version: int) -> ArchiveRecord | None:
@@ -140,47 +168,65 @@ class ThreadArchive:
         item = await self.store.aget(self.namespace, version_key(version))
         return None if item is None else cast(ArchiveRecord, item.value)
 
-    def records(self) -> list[ArchiveRecord]:
-        """Every record, ordered by the version of its Store key."""
-        return self._ordered(list_namespace(self.store, self.namespace, page=self._page_size))
+    def versioned(self, *, upto: int | None = None) -> list[tuple[int, ArchiveRecord]]:
+        """``(version, record)`` pairs ordered by the version of their Store key.
 
-    async def arecords(self) -> list[ArchiveRecord]:
-        """Async :meth:`records`."""
+        ``upto`` keeps only versions at or below it: pass the thread's committed version
+        (:func:`committed_version` of its mark) to leave prepared leftovers out.
+        """
+        items = list_namespace(self.store, self.namespace, page=self._page_size)
+        return self._ordered(items, upto)
+
+    async def aversioned(self, *, upto: int | None = None) -> list[tuple[int, ArchiveRecord]]:
+        """Async :meth:`versioned`."""
         items = await alist_namespace(self.store, self.namespace, page=self._page_size)
-        return self._ordered(items)
+        return self._ordered(items, upto)
 
-    def latest(self) -> ArchiveRecord | None:
-        """The highest-version record, or None for an empty archive."""
-        records = self.records()
+    def records(self, *, upto: int | None = None) -> list[ArchiveRecord]:
+        """Every record (committed ones only, given ``upto``), ordered by version."""
+        return [record for _, record in self.versioned(upto=upto)]
+
+    async def arecords(self, *, upto: int | None = None) -> list[ArchiveRecord]:
+        """Async :meth:`records`."""
+        return [record for _, record in await self.aversioned(upto=upto)]
+
+    def latest(self, *, upto: int | None = None) -> ArchiveRecord | None:
+        """The highest-version record (at or below ``upto``), or None for an empty archive."""
+        records = self.records(upto=upto)
         return records[-1] if records else None
 
-    async def alatest(self) -> ArchiveRecord | None:
+    async def alatest(self, *, upto: int | None = None) -> ArchiveRecord | None:
         """Async :meth:`latest`."""
-        records = await self.arecords()
+        records = await self.arecords(upto=upto)
         return records[-1] if records else None
 
-    def search_messages(self, query: str, limit: int) -> list[tuple[int, BaseMessage]]:
+    def search_messages(
+        self, query: str, limit: int, *, upto: int | None = None
+    ) -> list[tuple[int, BaseMessage]]:
         """Archived messages whose text contains ``query`` (any case), as (version, message).
 
         Newest first: highest version first, and within a version the latest message first.
+        ``upto`` searches committed versions only, as in :meth:`versioned`.
         """
         _check_query(query)
-        return search_records(self.records(), query, limit)
+        return search_records(self.records(upto=upto), query, limit)
 
-    async def asearch_messages(self, query: str, limit: int) -> list[tuple[int, BaseMessage]]:
+    async def asearch_messages(
+        self, query: str, limit: int, *, upto: int | None = None
+    ) -> list[tuple[int, BaseMessage]]:
         """Async :meth:`search_messages`."""
         _check_query(query)
-        return search_records(await self.arecords(), query, limit)
+        return search_records(await self.arecords(upto=upto), query, limit)
 
     @staticmethod
-    def _ordered(items: list[SearchItem]) -> list[ArchiveRecord]:
-        """The version records among ``items``, ordered by version."""
+    def _ordered(items: list[SearchItem], upto: int | None) -> list[tuple[int, ArchiveRecord]]:
+        """The version records among ``items`` (at or below ``upto``), ordered by version."""
         found: dict[int, ArchiveRecord] = {}
         for item in items:
             match = _KEY.fullmatch(item.key)
-            if match:
+            if match and (upto is None or int(match.group(1)) <= upto):
                 found[int(match.group(1))] = cast(ArchiveRecord, item.value)
-        return [found[version] for version in sorted(found)]
+        return [(version, found[version]) for version in sorted(found)]
 
 
 def _check_query(query: str) -> None:
@@ -191,13 +237,20 @@ def _check_query(query: str) -> None:
 def search_records(
     records: Sequence[ArchiveRecord], query: str, limit: int
 ) -> list[tuple[int, BaseMessage]]:
-    """Messages of ``records`` containing ``query`` (any case), newest first."""
+    """Messages of ``records`` containing ``query`` (any case), newest first.
+
+    A record whose messages cannot be read (a damaged record) is skipped.
+    """
     needle = query.casefold()
     hits: list[tuple[int, BaseMessage]] = []
     if limit < 1:
         return hits
     for record in reversed(records):
-        for message in reversed(record_messages(record)):
+        try:
+            messages = record_messages(record)
+        except (KeyError, TypeError, ValueError):
+            continue
+        for message in reversed(messages):
             if needle in message.text.casefold():
                 hits.append((record["version"], message))
                 if len(hits) == limit:
@@ -205,8 +258,17 @@ def search_records(
     return hits
 
 
-def _already_stored(record: ArchiveRecord, existing: Item | None) -> bool:
-    """True if ``existing`` holds the same record; raise if it holds a different one."""
+def _prepared(record: ArchiveRecord, committed_version: int | None) -> bool:
+    """Whether ``record`` lies above the thread's committed version (None: nothing is)."""
+    return committed_version is not None and record["version"] > committed_version
+
+
+def _already_stored(record: ArchiveRecord, existing: Item | None, prepared: bool) -> bool:
+    """True if ``existing`` holds the same record.
+
+    A different record under a committed version raises; under a prepared one it is a
+    leftover, and False says to replace it.
+    """
     if existing is None:
         return False
     stored = existing.value
@@ -215,10 +277,12 @@ def _already_stored(record: ArchiveRecord, existing: Item | None) -> bool:
         record["chain_hash"],
     ):
         return True
+    if prepared:
+        return False
     raise ArchiveConflictError(
         f"version {record['version']} is already archived with different content "
         f"(stored chain hash {str(stored.get('chain_hash'))[:12]}…, "
-        f"new {record['chain_hash'][:12]}…); archived versions are never overwritten"
+        f"new {record['chain_hash'][:12]}…); committed versions are never overwritten"
     )
 
 
@@ -244,25 +308,91 @@ def verify_records(
 
 
 def verify_thread(store: BaseStore, thread_id: str, mark: Mapping[str, Any] | None) -> VerifyReport:
-    """Verify the archive of ``thread_id`` in ``store`` against the thread state's mark."""
-    return verify_records(ThreadArchive(store, thread_id).records(), mark)
+    """Verify the archive of ``thread_id`` in ``store`` against the thread state's mark.
+
+    Versions above the mark are prepared leftovers: listed in ``prepared``, not verified.
+    """
+    return verify_versioned(ThreadArchive(store, thread_id).versioned(), mark)
 
 
 async def averify_thread(
     store: BaseStore, thread_id: str, mark: Mapping[str, Any] | None
 ) -> VerifyReport:
     """Async :func:`verify_thread`."""
-    return verify_records(await ThreadArchive(store, thread_id).arecords(), mark)
+    return verify_versioned(await ThreadArchive(store, thread_id).aversioned(), mark)
+
+
+def verify_versioned(
+    versioned: Sequence[tuple[int, ArchiveRecord]], mark: Mapping[str, Any] | None
+) -> VerifyReport:
+    """Verify the committed part of ``(version, record)`` pairs; list the prepared rest."""
+    upto = committed_version(mark)
+    committed = [record for version, record in versioned if upto is None or version <= upto]
+    prepared = tuple(version for version, _ in versioned if upto is not None and version > upto)
+    return replace(verify_records(committed, mark), prepared=prepared)
+
+
+def tampered_versions(
+    versioned: Sequence[tuple[int, ArchiveRecord]], mark: Mapping[str, Any] | None = None
+) -> dict[int, str]:
+    """The committed versions whose content no longer matches their stored hashes, and why.
+
+    Each record is checked on its own (the chain hash over its messages, the checksum over
+    its summary, cursor and event ids), against the record of the version before it when
+    that is among ``versioned`` (link and cursor), and against ``mark`` when the mark names
+    its version. Unlike :func:`verify_records`, every such record is reported, not only
+    the first; a missing version is not a modified record and is left to ``verify``.
+    """
+    present = {version for version, _ in versioned}
+    problems: dict[int, str] = {}
+    before: dict[int, ArchiveRecord] = dict(versioned)
+    for version, record in versioned:
+        previous_hash, previous_cursor = _link(before.get(version - 1), version)
+        problem = _record_problem(record, version, present, previous_hash, previous_cursor)
+        if problem is None and mark is not None and mark.get("version") == version:
+            problem = _mark_difference(mark, record)
+        if problem is not None:
+            problems[version] = problem
+    return problems
+
+
+def _link(previous: ArchiveRecord | None, version: int) -> tuple[str | None, int | None]:
+    """Chain hash and cursor a record of ``version`` must continue (None: cannot tell)."""
+    if version == 1:
+        return CHAIN_SEED, 0
+    if previous is None:
+        return None, None
+    fields: Mapping[str, object] = previous
+    chain, cursor = fields.get("chain_hash"), fields.get("cursor")
+    if not isinstance(chain, str) or not isinstance(cursor, int) or isinstance(cursor, bool):
+        return None, None
+    return chain, cursor
+
+
+def _mark_difference(mark: Mapping[str, Any], record: ArchiveRecord) -> str | None:
+    """How the mark disagrees with the record of its version, or None."""
+    differences = [
+        f"{name} {_short(mark.get(name))} in the thread state, {_short(record[name])} archived"
+        for name in ("cursor", "checksum", "chain_hash")
+        if mark.get(name) != record[name]
+    ]
+    if not differences:
+        return None
+    return f"the thread state disagrees with version {record['version']}: " + "; ".join(differences)
 
 
 def _record_problem(
     record: ArchiveRecord,
     expected: int,
     present: set[int],
-    previous_hash: str,
-    previous_cursor: int,
+    previous_hash: str | None,
+    previous_cursor: int | None,
 ) -> str | None:
-    """Why the record in place of version ``expected`` is broken, or None if it is intact."""
+    """Why the record in place of version ``expected`` is broken, or None if it is intact.
+
+    A None ``previous_hash``/``previous_cursor`` (the version before is not at hand) checks
+    the record against its own ``previous_chain_hash``, and skips the cursor's link.
+    """
     fields: Mapping[str, object] = record
     for name, kind in _FIELD_TYPES.items():
         if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
@@ -275,6 +405,8 @@ def _record_problem(
             f"the record in place of version {expected} is labelled version {version} "
             "(records swapped, reordered or relabelled)"
         )
+    if previous_hash is None:
+        previous_hash = record["previous_chain_hash"]
     if record["previous_chain_hash"] != previous_hash:
         before = "the chain seed" if version == 1 else f"version {version - 1}'s chain hash"
         return f"version {version} does not link to {before} (previous_chain_hash differs)"
@@ -282,6 +414,8 @@ def _record_problem(
         messages = record_messages(record)
     except (KeyError, TypeError, ValueError) as error:
         return f"version {version}'s messages cannot be read: {error}"
+    if previous_cursor is None:
+        previous_cursor = record["cursor"] - len(messages)
     if chain_hash(previous_hash, messages) != record["chain_hash"]:
         return (
             f"version {version}'s messages do not match its chain hash "
