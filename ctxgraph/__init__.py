@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ctxgraph.graph.builder import build_graph, create_builder
+    from ctxgraph.graph.subgraph import as_subgraph
     from ctxgraph.state.context import Context
     from ctxgraph.state.models import Models
     from ctxgraph.state.settings import Settings
@@ -21,6 +22,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "build_graph": "ctxgraph.graph.builder",
     "create_builder": "ctxgraph.graph.builder",
+    "as_subgraph": "ctxgraph.graph.subgraph",
     "Context": "ctxgraph.state.context",
     "Models": "ctxgraph.state.models",
     "Settings": "ctxgraph.state.settings",
@@ -33,6 +35,7 @@ __all__ = [
     "Models",
     "Settings",
     "__version__",
+    "as_subgraph",
     "build_graph",
     "create_builder",
 ]

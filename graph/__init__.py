@@ -1,7 +1,7 @@
 """Build the ctxgraph graph: ``build_graph`` compiles it, ``create_builder`` does not.
 
-The names load on first use, so the command line can import ``ctxgraph.graph.cli``
-without the whole graph stack.
+``as_subgraph`` gives ctxgraph as a node for a parent graph. The names load on first
+use, so the command line can import ``ctxgraph.graph.cli`` without the whole graph stack.
 """
 
 TYPE_CHECKING = False
@@ -9,17 +9,37 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ctxgraph.graph.builder import Builder, Graph, build_graph, compile_graph, create_builder
+    from ctxgraph.graph.subgraph import SubgraphSetupError, as_subgraph
 
-__all__ = ["Builder", "Graph", "build_graph", "compile_graph", "create_builder"]
+_MODULES = {
+    "Builder": "ctxgraph.graph.builder",
+    "Graph": "ctxgraph.graph.builder",
+    "build_graph": "ctxgraph.graph.builder",
+    "compile_graph": "ctxgraph.graph.builder",
+    "create_builder": "ctxgraph.graph.builder",
+    "SubgraphSetupError": "ctxgraph.graph.subgraph",
+    "as_subgraph": "ctxgraph.graph.subgraph",
+}
+"""The module each lazily loaded name lives in."""
+
+__all__ = [
+    "Builder",
+    "Graph",
+    "SubgraphSetupError",
+    "as_subgraph",
+    "build_graph",
+    "compile_graph",
+    "create_builder",
+]
 
 
 def __getattr__(name: str) -> "Any":
-    """Import a builder name the first time it is asked for."""
-    if name not in __all__:
+    """Import a public name the first time it is asked for."""
+    if name not in _MODULES:
         raise AttributeError(f"module 'ctxgraph.graph' has no attribute {name!r}")
     from importlib import import_module
 
-    value = getattr(import_module("ctxgraph.graph.builder"), name)
+    value = getattr(import_module(_MODULES[name]), name)
     globals()[name] = value
     return value
 

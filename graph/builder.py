@@ -16,15 +16,16 @@ from langgraph.runtime import get_runtime
 from langgraph.store.base import BaseStore
 
 from ctxgraph.graph.input_check import attach_input_check
+from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
 from ctxgraph.nodes.compaction.node import CompactNode
-from ctxgraph.nodes.history_tool import read_history_tool
+from ctxgraph.nodes.invalid_calls import invalid_calls_node
 from ctxgraph.nodes.memory.load import MemoryLoader
 from ctxgraph.nodes.memory.node import MemoryNodes
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.model import ModelNode
 from ctxgraph.nodes.request import RequestBuilder
-from ctxgraph.nodes.routing import route_after_model
-from ctxgraph.nodes.tools import tools_node
+from ctxgraph.nodes.routing import AfterTools, route_after_model
+from ctxgraph.nodes.tools import read_history_tool, tools_node
 from ctxgraph.state.context import Context
 from ctxgraph.state.graph_state import AgentState, InputState, OutputState
 from ctxgraph.state.models import Models
@@ -65,8 +66,13 @@ def create_builder(
     models: Models,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
+    head: ThreadHead | None = None,
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence.
+
+    ``head`` reads a thread's committed compaction mark and window, so a compaction
+    commits only if the thread has not moved on while it ran; pass
+    ``checkpoint_head(saver)`` when compiling with your own checkpointer.
 
     With ``settings.memory_extraction == "off"`` the graph has no extraction nodes (no
     ``flush``, no ``extract_memory``), and with ``settings.memory_mode == "off"`` no
@@ -78,7 +84,7 @@ def create_builder(
     counter = TokenCounter()
     requests = RequestBuilder(all_tools, counter)
     model = ModelNode(models.main, all_tools, settings, requests)
-    compact = CompactNode(models, requests, settings, counter)
+    compact = CompactNode(models, requests, settings, counter, head=head)
     with_memory = settings.memory_extraction != "off"
 
     builder: Builder = StateGraph(
@@ -87,6 +93,7 @@ def create_builder(
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
     builder.add_node("tools", tools_node(all_tools))
+    builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
         memory = MemoryNodes(models, compact, settings)
@@ -109,8 +116,15 @@ def create_builder(
         builder.add_conditional_edges("load_memory", compact.route, before_model)
     else:
         builder.add_conditional_edges(START, compact.route, before_model)
-    builder.add_conditional_edges("model", route_after_model, {"tools": "tools", "finish": finish})
-    builder.add_conditional_edges("tools", compact.route, before_model)
+    builder.add_conditional_edges(
+        "model",
+        route_after_model,
+        {"tools": "tools", "invalid_calls": "invalid_calls", "finish": finish},
+    )
+    builder.add_conditional_edges(
+        "tools", AfterTools(compact.route), {**before_model, "invalid_calls": "invalid_calls"}
+    )
+    builder.add_conditional_edges("invalid_calls", compact.route, before_model)
     return builder
 
 
@@ -136,11 +150,18 @@ def build_graph(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
 ) -> Graph:
-    """Build and compile the graph; ``models=None`` reads the models from the environment."""
+    """Build and compile the graph; ``models=None`` reads the models from the environment.
+
+    A ``checkpointer`` needs a ``store`` too (see ``compile_graph``); with neither, the
+    graph gets both from a LangGraph server or from a parent graph at run time. To run
+    inside a parent graph, use ``ctxgraph.graph.as_subgraph``.
+    """
+    check_persistence(checkpointer, store)
     builder = create_builder(
         models=models if models is not None else Models.from_env(os.environ),
         tools=tools,
         settings=settings,
+        head=checkpoint_head(checkpointer),
     )
     return compile_graph(builder, checkpointer=checkpointer, store=store)
 
@@ -151,7 +172,36 @@ def compile_graph(
     checkpointer: BaseCheckpointSaver[str] | None = None,
     store: BaseStore | None = None,
 ) -> Graph:
-    """Compile a builder from ``create_builder`` with input checks attached."""
+    """Compile a builder from ``create_builder`` with input checks attached.
+
+    Raises ``ValueError`` for a ``checkpointer`` without a ``store`` (see
+    ``check_persistence``).
+    """
+    check_persistence(checkpointer, store)
     compiled = builder.compile(checkpointer=checkpointer, store=store, name="ctxgraph")
     attach_input_check(compiled)
     return compiled
+
+
+def check_persistence(
+    checkpointer: BaseCheckpointSaver[str] | None, store: BaseStore | None
+) -> None:
+    """Refuse a checkpointer without a Store, before anything runs.
+
+    Compaction archives the messages it folds in the Store, and any thread long enough
+    can compact (a run's ``Context.settings`` can lower the triggers). A graph compiled
+    with its own checkpointer runs as a top-level graph, where nothing but ``store=`` can
+    supply one, so its first compaction would fail. A graph compiled with neither gets
+    both at run time, from a LangGraph server or from a parent graph, so it is not
+    checked here; if a run still has no Store, compaction raises ``CompactionError``
+    naming the fix.
+    """
+    if checkpointer is not None and store is None:
+        raise ValueError(
+            f"a checkpointer ({type(checkpointer).__name__}) was given without store=: "
+            "compaction archives the messages it folds in a LangGraph Store, and a graph "
+            "with its own checkpointer gets no Store from anywhere else. Pass store= (the "
+            "same database's, e.g. open_persistence().store, or InMemoryStore() in tests); "
+            "to run ctxgraph inside a parent graph, use ctxgraph.graph.as_subgraph(...) and "
+            "compile the parent with checkpointer= and store="
+        )

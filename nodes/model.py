@@ -11,6 +11,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
+from ctxgraph.nodes.invalid_calls import with_cut_off_calls_invalid, with_invalid_call_ids
 from ctxgraph.nodes.request import RequestBuilder
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
@@ -56,9 +57,14 @@ class ModelNode:
 
     @staticmethod
     def _update(reply: BaseMessage) -> dict[str, Any]:
+        """The answer as a state update, its unusable tool calls marked invalid.
+
+        Calls of an answer cut off at the output limit count as invalid too, and every
+        invalid call gets an id, so its error result can answer it.
+        """
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
-        return {"messages": [reply]}
+        return {"messages": [with_invalid_call_ids(with_cut_off_calls_invalid(reply))]}
 
     def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""

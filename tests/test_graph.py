@@ -8,8 +8,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
 
-from ctxgraph.graph import build_graph, create_builder
+from ctxgraph.graph import build_graph, compile_graph, create_builder
 from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.graph.scripted_model import ScriptedChatModel, ScriptExhaustedError
 from ctxgraph.nodes.model import RequestTooLargeError
@@ -49,6 +50,7 @@ def test_builder_is_uncompiled_and_compiles_with_callers_persistence() -> None:
         "compact",
         "model",
         "tools",
+        "invalid_calls",
         "extract_memory",
     }
     saver = InMemorySaver()
@@ -61,8 +63,9 @@ def test_model_receives_system_prompt_then_window() -> None:
     model = ScriptedChatModel(script=["first answer", "second answer"])
     graph = build_graph(
         models=Models(main=model),
-        settings=Settings(system_prompt="Be brief."),
+        settings=Settings(system_prompt="Be brief.", memory_extraction="off"),
         checkpointer=InMemorySaver(),
+        store=InMemoryStore(),
     )
     ctx = Context(user_id="u1")
     graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config(), context=ctx)
@@ -141,9 +144,28 @@ def test_scripted_model_says_when_script_runs_out() -> None:
         graph.invoke({"messages": [("user", "hi")]}, context=Context(user_id="u"))
 
 
+def test_a_checkpointer_without_a_store_is_refused_at_build_time() -> None:
+    """Nothing but store= can give a graph with its own checkpointer a Store."""
+    with pytest.raises(ValueError, match=r"InMemorySaver\) was given without store=") as error:
+        build_graph(models=demo_models(), tools=demo_tools(), checkpointer=InMemorySaver())
+    assert "as_subgraph" in str(error.value)
+    builder = create_builder(models=demo_models(), tools=demo_tools())
+    with pytest.raises(ValueError, match="without store="):
+        compile_graph(builder, checkpointer=InMemorySaver())
+    # Neither: a LangGraph server or a parent graph supplies both at run time.
+    assert build_graph(models=demo_models(), tools=demo_tools()).checkpointer is None
+
+
 def test_router_rejects_unexpected_state() -> None:
     assert route_after_model({"messages": [AIMessage("x")]}) == "finish"
     assert route_after_model({"messages": [call("t", {}, "c")]}) == "tools"
+    invalid = AIMessage(
+        "",
+        invalid_tool_calls=[
+            {"name": "t", "args": "{", "id": "c", "error": None, "type": "invalid_tool_call"}
+        ],
+    )
+    assert route_after_model({"messages": [invalid]}) == "invalid_calls"
     with pytest.raises(ValueError, match="HumanMessage"):
         route_after_model({"messages": [HumanMessage("x")]})
     with pytest.raises(ValueError, match="no messages"):
@@ -202,7 +224,9 @@ def test_missing_user_id_is_a_context_error() -> None:
 
 def test_run_without_context_is_refused_with_instructions() -> None:
     model = ScriptedChatModel(script=["never"])
-    graph = build_graph(models=Models(main=model), checkpointer=InMemorySaver())
+    graph = build_graph(
+        models=Models(main=model), checkpointer=InMemorySaver(), store=InMemoryStore()
+    )
     with pytest.raises(ContextError, match=r"pass context=Context\(user_id=\.\.\.\)"):
         graph.invoke({"messages": [("user", "hi")]}, config("no-context"))
     assert model.calls == 0

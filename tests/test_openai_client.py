@@ -23,8 +23,8 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field, SecretStr
 
 from ctxgraph.graph import build_graph
-from ctxgraph.nodes.history_tool import read_history_tool
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
+from ctxgraph.nodes.tools import read_history_tool
 from ctxgraph.state import Context, InputState, ModelConfigError, Models, Settings
 from ctxgraph.store.persistence.connection import Persistence
 from tests.support.openai_server import EXHAUSTED, OpenAIServer, Reply, ToolCall

@@ -1,18 +1,26 @@
-"""The compiled ctxgraph graph embedded as one node of a parent graph that owns its own state."""
+"""ctxgraph embedded as one node of a parent graph that owns its own state.
+
+Each test runs twice: with the compiled graph itself as the node (``build_graph()``,
+which keeps no state of its own between parent turns) and with ``as_subgraph()``, which
+keeps its state under the parent's checkpointer. For these short threads, which never
+compact, the parent sees the same messages either way.
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.memory import InMemoryStore
 
-from ctxgraph.graph import build_graph
+from ctxgraph.graph import as_subgraph, build_graph
 from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.state import Context, Settings
@@ -32,18 +40,31 @@ def count_step(state: ParentState) -> dict[str, Any]:
     return {"steps": state.get("steps", 0) + 1}
 
 
-def build_parent() -> tuple[CompiledStateGraph[Any, Any, Any, Any], ScriptedChatModel]:
-    """Parent ``count -> agent``, where ``agent`` is ctxgraph compiled without a checkpointer."""
+Mode = Literal["compiled", "as_subgraph"]
+
+
+@pytest.fixture(params=["compiled", "as_subgraph"])
+def mode(request: pytest.FixtureRequest) -> Mode:
+    """How ctxgraph is added to the parent."""
+    value: Mode = request.param
+    return value
+
+
+def build_parent(mode: Mode) -> tuple[CompiledStateGraph[Any, Any, Any, Any], ScriptedChatModel]:
+    """Parent ``count -> agent``, where ``agent`` is ctxgraph added the ``mode`` way."""
     models = demo_models()
     assert isinstance(models.main, ScriptedChatModel)
-    child = build_graph(models=models, tools=demo_tools())
     builder = StateGraph(ParentState, context_schema=Context)
     builder.add_node("count", count_step)
-    builder.add_node("agent", child)
+    if mode == "compiled":
+        builder.add_node("agent", build_graph(models=models, tools=demo_tools()))
+    else:
+        builder.add_node("agent", as_subgraph(models=models, tools=demo_tools()))
     builder.add_edge(START, "count")
     builder.add_edge("count", "agent")
     builder.add_edge("agent", END)
-    return builder.compile(checkpointer=InMemorySaver()), models.main
+    store = InMemoryStore() if mode == "as_subgraph" else None
+    return builder.compile(checkpointer=InMemorySaver(), store=store), models.main
 
 
 def new_thread() -> RunnableConfig:
@@ -104,8 +125,8 @@ def assert_model_got_parent_context(model: ScriptedChatModel, calls: int) -> Non
         assert request[0].text == PARENT_RULES
 
 
-def test_child_messages_land_once_in_parent_state() -> None:
-    parent, model = build_parent()
+def test_child_messages_land_once_in_parent_state(mode: Mode) -> None:
+    parent, model = build_parent(mode)
     config = new_thread()
 
     result = parent.invoke(user(CALCULATION), config, context=context())
@@ -122,8 +143,8 @@ def test_child_messages_land_once_in_parent_state() -> None:
     assert [m.id for m in saved.values["messages"]] == [m.id for m in result["messages"]]
 
 
-def test_second_parent_turn_shows_child_the_first_turn() -> None:
-    parent, model = build_parent()
+def test_second_parent_turn_shows_child_the_first_turn(mode: Mode) -> None:
+    parent, model = build_parent(mode)
     config = new_thread()
 
     first = parent.invoke(user(CALCULATION), config, context=context())
@@ -149,8 +170,8 @@ def test_second_parent_turn_shows_child_the_first_turn() -> None:
     assert parent.get_state(config).values["steps"] == 2
 
 
-async def test_child_as_node_async() -> None:
-    parent, model = build_parent()
+async def test_child_as_node_async(mode: Mode) -> None:
+    parent, model = build_parent(mode)
     config = new_thread()
 
     first = await parent.ainvoke(user(CALCULATION), config, context=context())

@@ -172,7 +172,7 @@ async def test_an_exception_in_a_wrapper_comes_back_as_an_error(mode: str) -> No
 
 
 def test_the_tools_package_exports_the_builtin_history_tool() -> None:
-    from ctxgraph.nodes.history_tool import read_history_tool as old_path
+    from ctxgraph.nodes.tools.history import read_history_tool as defined
 
-    assert old_path is read_history_tool
+    assert defined is read_history_tool
     assert read_history_tool().name == "read_history"
