@@ -6,7 +6,14 @@ For each system it reports the tokens of every main-model request and the graph'
 time per main-model call (wall time of the turn minus the time spent inside the main
 and summary models), then the ratios and a PASS/FAIL line per target.
 
-Run ``python -m bench.compaction_bench [--turns 300] [--repeats 3]``.
+It also counts the input tokens of every model call (main, summary and memory) per user
+turn, and samples the size of ctxgraph's record (the summary in the thread state and the
+one in the latest archive version) as the session goes on. With
+``--constraint-every-turn`` every user message ends with a constraint, as when a user
+repeats "不要改收货地址" in each turn.
+
+Run ``python -m bench.compaction_bench [--turns 300] [--repeats 3]``, or
+``python -m bench.compaction_bench --turns 1000 --constraint-every-turn``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
 from bench.session import (
+    STANDING_CONSTRAINT,
     Session,
     ctxgraph_summary_responder,
     generate_session,
@@ -48,12 +56,27 @@ from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.request import SUMMARY_MESSAGE_ID
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_model import demo_memory
+from ctxgraph.state.summary import canonical_json
 from ctxgraph.state.tokens import TokenCounter, count_text
+from ctxgraph.store.persistence.archive import ThreadArchive
 from ctxgraph.store.persistence.connection import Persistence, open_persistence
 
 CTXGRAPH = "ctxgraph"
 PEER = "peer"
 PEER_LABEL = "create_agent + SummarizationMiddleware"
+
+INPUT_RATIO_TARGET = 2.0
+"""Largest accepted ratio of ctxgraph's input tokens per turn (all model calls) to the peer's."""
+
+INPUT_RATIO_GOAL = 1.0
+"""The ratio the input tokens per turn aim for."""
+
+RECORD_GROWTH_TARGET = 1.2
+"""Largest accepted growth of ctxgraph's record from the reference turn to the last turn."""
+
+RECORD_REFERENCE_TURN = 100
+"""The turn the record's size at the last turn is compared with."""
 
 
 # --------------------------------------------------------------------------- configuration
@@ -74,6 +97,14 @@ class BenchConfig:
     database_uri: str | None = None
     ctxgraph_overrides: tuple[tuple[str, Any], ...] = ()
     """Extra ctxgraph ``Settings`` (name, value); none by default."""
+    constraints: bool = False
+    """Every user message ends with a constraint (``generate_session(constraints=True)``)."""
+
+    @property
+    def record_turns(self) -> tuple[int, ...]:
+        """The turns after which the record's size is sampled: every 100th and the last."""
+        reference = min(RECORD_REFERENCE_TURN, self.turns)
+        return tuple(sorted({reference, self.turns, *range(100, self.turns + 1, 100)}))
 
 
 # --------------------------------------------------------------------------- measurement
@@ -110,6 +141,11 @@ class CompactionLog(logging.Handler):
             self.summary_failures += 1
 
 
+def json_tokens(value: object) -> int:
+    """Tokens of a value as stored: its canonical JSON."""
+    return count_text(canonical_json(value).decode("utf-8"))
+
+
 def is_summary_prompt(messages: Sequence[BaseMessage]) -> bool:
     """A ctxgraph summary call (it falls back to the main model if the summary model fails)."""
     return bool(messages) and messages[0].content == SUMMARY_SYSTEM
@@ -138,6 +174,20 @@ class TurnTiming:
         return (self.wall - self.model) / max(self.main_calls, 1)
 
 
+@dataclass(frozen=True)
+class RecordSize:
+    """The size of a system's record after one turn, in tokens (0 before the first one).
+
+    For ctxgraph: the summary in the thread state (sections and ledger, as canonical JSON)
+    and the summary of the archive version the state's mark names. For the peer: its
+    summary message.
+    """
+
+    turn: int
+    state: int
+    archive: int
+
+
 @dataclass
 class Run:
     """One system on one thread: how to send a user turn, its models and its timings."""
@@ -150,11 +200,14 @@ class Run:
     summary_timer: TimedResponder
     log: CompactionLog
     committed: Callable[[], int]
+    record: Callable[[int], RecordSize]
+    memory: ScriptedChatModel | None = None
     timings: list[TurnTiming] = field(default_factory=list)
+    records: list[RecordSize] = field(default_factory=list)
     skipped: int = 0
     summary_failures: int = 0
 
-    def step(self, text: str) -> None:
+    def step(self, text: str, sample_record: bool = False) -> None:
         model_before = self.main_timer.seconds + self.summary_timer.seconds
         requests_before = len(self.main.requests)
         skipped, failures = self.log.skipped, self.log.summary_failures
@@ -170,6 +223,8 @@ class Run:
         self.timings.append(TurnTiming(wall=wall, model=model, main_calls=calls))
         self.skipped += self.log.skipped - skipped
         self.summary_failures += self.log.summary_failures - failures
+        if sample_record:
+            self.records.append(self.record(len(self.timings)))
 
 
 @dataclass(frozen=True)
@@ -179,11 +234,14 @@ class RunResult:
     system: str
     repeat: int
     request_tokens: list[int]
+    request_messages: list[int]
     summary_in_request: list[int]
     ledger_in_request: list[int]
     main_calls: int
     summary_calls: int
     summary_input_tokens: int
+    memory_calls: int
+    memory_input_tokens: int
     compactions: int
     skipped: int
     summary_failures: int
@@ -193,6 +251,18 @@ class RunResult:
     overhead_p95: float
     model_per_call: float
     wall_total: float
+    turns: int
+    records: list[RecordSize]
+
+    @property
+    def input_tokens(self) -> int:
+        """Input tokens of every model call: main requests, summary and memory calls."""
+        return sum(self.request_tokens) + self.summary_input_tokens + self.memory_input_tokens
+
+    @property
+    def input_per_turn(self) -> float:
+        """Input tokens of every model call per user turn."""
+        return self.input_tokens / max(self.turns, 1)
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -237,12 +307,14 @@ class RequestMeter:
 
     def result(self, run: Run, repeat: int) -> RunResult:
         tokens: list[int] = []
+        sizes: list[int] = []
         in_request: list[int] = []
         ledgers: list[int] = []
         for messages, tools in zip(run.main.requests, run.main.tool_requests, strict=True):
             if is_summary_prompt(messages):
                 continue
             tokens.append(self.counter.count_messages(messages) + self.schema_tokens(tools))
+            sizes.append(len(messages))
             summary = summary_message_of(messages)
             if summary is not None:
                 in_request.append(self.counter.count_message(summary))
@@ -255,15 +327,19 @@ class RequestMeter:
         schemas = run.main.tool_requests[0] if run.main.tool_requests else []
         overhead = sum(t.wall - t.model for t in run.timings)
         model = sum(t.model for t in run.timings)
+        memory_requests = run.memory.requests if run.memory is not None else []
         return RunResult(
             system=run.system,
             repeat=repeat,
             request_tokens=tokens,
+            request_messages=sizes,
             summary_in_request=in_request,
             ledger_in_request=ledgers,
             main_calls=len(tokens),
             summary_calls=len(summary_requests),
             summary_input_tokens=sum(self.counter.count_messages(m) for m in summary_requests),
+            memory_calls=len(memory_requests),
+            memory_input_tokens=sum(self.counter.count_messages(m) for m in memory_requests),
             compactions=run.committed(),
             skipped=run.skipped,
             summary_failures=run.summary_failures,
@@ -273,6 +349,8 @@ class RequestMeter:
             overhead_p95=percentile([t.overhead_per_call for t in run.timings], 0.95),
             model_per_call=model / max(calls, 1),
             wall_total=sum(t.wall for t in run.timings),
+            turns=len(run.timings),
+            records=list(run.records),
         )
 
 
@@ -292,19 +370,23 @@ def build_ctxgraph(
     summary_timer = TimedResponder(ctxgraph_summary_responder)
     main = ScriptedChatModel(responder=main_timer, model_name="bench-main")
     summary = ScriptedChatModel(responder=summary_timer, model_name="bench-summary")
-    settings = Settings(
-        trigger_tokens=config.trigger_tokens,
-        trigger_messages=config.trigger_messages,
-        keep_messages=config.keep_messages,
-        # This benchmark compares compaction; long-term memory has a benchmark of its own.
-        memory_extraction="off",
-        memory_mode="off",
-        **dict(config.ctxgraph_overrides),
+    memory = ScriptedChatModel(
+        responder=lambda messages: demo_memory(str(messages[-1].content)),
+        model_name="bench-memory",
     )
+    values: dict[str, Any] = {
+        "trigger_tokens": config.trigger_tokens,
+        "trigger_messages": config.trigger_messages,
+        "keep_messages": config.keep_messages,
+        # This benchmark compares compaction; long-term memory has a benchmark of its own.
+        "memory_extraction": "off",
+        "memory_mode": "off",
+    }
+    settings = Settings(**{**values, **dict(config.ctxgraph_overrides)})
     graph = build_graph(
         checkpointer=persistence.checkpointer,
         store=persistence.store,
-        models=Models(main=main, summary=summary),
+        models=Models(main=main, summary=summary, memory=memory),
         tools=tools,
         settings=settings,
     )
@@ -319,7 +401,21 @@ def build_ctxgraph(
         state = graph.get_state(run_config).values
         return int((state.get("compaction") or {}).get("version", 0))
 
-    return Run(CTXGRAPH, send, main, summary, main_timer, summary_timer, log, committed)
+    archive = ThreadArchive(persistence.store, thread_id)
+
+    def record(turn: int) -> RecordSize:
+        state = graph.get_state(run_config).values
+        version = int((state.get("compaction") or {}).get("version", 0))
+        stored = archive.get(version) if version else None
+        return RecordSize(
+            turn=turn,
+            state=json_tokens(state["summary"]) if state.get("summary") else 0,
+            archive=json_tokens(stored["summary"]) if stored else 0,
+        )
+
+    return Run(
+        CTXGRAPH, send, main, summary, main_timer, summary_timer, log, committed, record, memory
+    )
 
 
 def build_peer(
@@ -364,7 +460,13 @@ def build_peer(
     def committed() -> int:
         return len(summary.requests)
 
-    return Run(PEER, send, main, summary, main_timer, summary_timer, log, committed)
+    def record(turn: int) -> RecordSize:
+        messages = agent.get_state(run_config).values.get("messages") or []
+        found = summary_message_of(messages)
+        size = TokenCounter().count_message(found) if found is not None else 0
+        return RecordSize(turn=turn, state=size, archive=0)
+
+    return Run(PEER, send, main, summary, main_timer, summary_timer, log, committed, record)
 
 
 Builder = Callable[[Session, list[BaseTool], Persistence, BenchConfig, str, CompactionLog], Run]
@@ -401,7 +503,7 @@ def postgres(uri: str | None) -> Iterator[str]:
 
 def run_bench(config: BenchConfig, session: Session | None = None) -> list[RunResult]:
     """Run both systems ``config.repeats`` times, interleaved turn by turn."""
-    session = session or generate_session(config.turns, config.seed)
+    session = session or generate_session(config.turns, config.seed, constraints=config.constraints)
     tools = make_tools(session)
     meter = RequestMeter()
     results: list[RunResult] = []
@@ -425,11 +527,12 @@ def run_bench(config: BenchConfig, session: Session | None = None) -> list[RunRe
         for repeat in range(config.repeats):
             current = runs(f"r{repeat}")
             gc.collect()
+            sampled = set(config.record_turns)
             for turn in session.turns:
                 # Alternate who goes first, so neither system always follows the other.
                 order = current if (turn.index + repeat) % 2 == 0 else current[::-1]
                 for run in order:
-                    run.step(turn.text)
+                    run.step(turn.text, sample_record=turn.index + 1 in sampled)
             results.extend(meter.result(run, repeat) for run in current)
     return results
 
@@ -489,8 +592,9 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
     rows: list[tuple[str, float, float, Callable[[float], str]]] = [
         ("Main-model requests", a.main_calls, b.main_calls, _int),
         ("Summary-model calls", a.summary_calls, b.summary_calls, _int),
+        ("Memory-model calls", a.memory_calls, b.memory_calls, _int),
         ("Compactions committed", a.compactions, b.compactions, _int),
-        ("Compaction attempts skipped (ctxgraph log)", a.skipped, math.nan, _int),
+        ("Compaction attempts refused (ctxgraph log)", a.skipped, math.nan, _int),
         ("Request tokens, median", _median(a.request_tokens), _median(b.request_tokens), _int),
         (
             "Request tokens, p95",
@@ -499,6 +603,7 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
             _int,
         ),
         ("Request tokens, max", max(a.request_tokens), max(b.request_tokens), _int),
+        ("Request messages, max", max(a.request_messages), max(b.request_messages), _int),
         (
             f"Requests over the trigger (> {config.trigger_tokens:,})",
             sum(t > config.trigger_tokens for t in a.request_tokens),
@@ -530,6 +635,18 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
             _int,
         ),
         (
+            "Memory-model input tokens, total",
+            a.memory_input_tokens,
+            b.memory_input_tokens,
+            _int,
+        ),
+        (
+            "Input tokens per turn, all model calls",
+            a.input_per_turn,
+            b.input_per_turn,
+            _int,
+        ),
+        (
             "Overhead per main-model call, ms (median of run means)",
             ours.overhead(),
             peer.overhead(),
@@ -555,13 +672,20 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
         ),
     ]
     tool_tokens = [count_text(text) for text in session.results.values()]
+    said = (
+        f' Every user message ends with a constraint ("{STANDING_CONSTRAINT}", worded a '
+        f"little differently each time); {len(session.constraints)} other constraints are "
+        "added along the way, and some are repeated."
+        if config.constraints
+        else ""
+    )
     lines = [
         "## Compaction benchmark",
         "",
         f"Session: {len(session.turns)} user turns (seed {session.seed}), "
         f"{session.tool_turns} with a tool call; tool results "
         f"{min(tool_tokens, default=0):,}–{max(tool_tokens, default=0):,} tokens "
-        f"(median {_median(tool_tokens):,.0f}).",
+        f"(median {_median(tool_tokens):,.0f})." + said,
         f"Both systems: trigger {config.trigger_tokens:,} tokens or "
         f"{config.trigger_messages} messages, keep {config.keep_messages} messages; "
         f"peer token counter: {config.peer_token_counter}; other ctxgraph settings: "
@@ -590,9 +714,27 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
             f"{_ms(peer_run.overhead_mean)} | "
             f"{_ratio(mine_run.overhead_mean, peer_run.overhead_mean)} |"
         )
+    lines += ["", "Record size by turn (tokens):", ""]
+    lines += [
+        "| After turn | ctxgraph record in state | ctxgraph latest archive version's summary "
+        "| peer summary message |",
+        "|---:|---:|---:|---:|",
+    ]
+    for mine_size, peer_size in zip(a.records, b.records, strict=True):
+        lines.append(
+            f"| {mine_size.turn:,} | {mine_size.state:,} | {mine_size.archive:,} "
+            f"| {peer_size.state:,} |"
+        )
     overhead_ok = ours.overhead() <= peer.overhead()
     largest = max(a.request_tokens)
-    size_ok = largest <= config.trigger_tokens
+    most = max(a.request_messages)
+    size_ok = largest < config.trigger_tokens and most < config.trigger_messages
+    input_ratio = a.input_per_turn / b.input_per_turn if b.input_per_turn else math.inf
+    input_ok = input_ratio <= INPUT_RATIO_TARGET
+    reference, last = a.records[0], a.records[-1]
+    growth = _growth(reference.state, last.state)
+    archive_growth = _growth(reference.archive, last.archive)
+    record_ok = max(growth, archive_growth) <= RECORD_GROWTH_TARGET
     lines += [
         "",
         "Ratios (ctxgraph / peer):",
@@ -605,8 +747,16 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
         f"{'PASS' if overhead_ok else 'FAIL'} overhead per main-model call: ctxgraph "
         f"{_ms(ours.overhead())} ms {'<=' if overhead_ok else '>'} peer "
         f"{_ms(peer.overhead())} ms",
-        f"{'PASS' if size_ok else 'FAIL'} largest request: ctxgraph {largest:,} tokens "
-        f"{'<=' if size_ok else '>'} trigger {config.trigger_tokens:,}",
+        f"{'PASS' if size_ok else 'FAIL'} largest request: ctxgraph {largest:,} tokens and "
+        f"{most:,} messages; triggers {config.trigger_tokens:,} tokens and "
+        f"{config.trigger_messages:,} messages (it must stay below both)",
+        f"{'PASS' if input_ok else 'FAIL'} input tokens per turn, all model calls: ctxgraph "
+        f"{a.input_per_turn:,.0f} / peer {b.input_per_turn:,.0f} = {input_ratio:.2f}x "
+        f"(target <= {INPUT_RATIO_TARGET:.1f}x, goal {INPUT_RATIO_GOAL:.1f}x)",
+        f"{'PASS' if record_ok else 'FAIL'} record size: at turn {last.turn:,} the record in "
+        f"state is {last.state:,} tokens, {growth:.2f}x turn {reference.turn:,}'s "
+        f"{reference.state:,}; the latest archive version's summary is {last.archive:,}, "
+        f"{archive_growth:.2f}x {reference.archive:,} (target <= {RECORD_GROWTH_TARGET:.1f}x)",
     ]
     lines += [
         "",
@@ -627,8 +777,9 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
     ]
     if a.skipped:
         lines.append(
-            f"- ctxgraph skipped {a.skipped} compaction attempt(s) and left the state as it "
-            "was (its log says why, e.g. the compacted request would still fire a trigger)."
+            f"- ctxgraph refused {a.skipped} compaction attempt(s) and left the messages as "
+            "they were (its log says why, e.g. the compacted request would still fire a "
+            "trigger); each refusal in a row makes the next attempt keep fewer messages."
         )
     if a.summary_failures:
         lines.append(
@@ -636,6 +787,13 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
             "calls fell back to the main model and count as summary calls, not main requests."
         )
     return "\n".join(lines)
+
+
+def _growth(before: int, after: int) -> float:
+    """``after / before``; 1.0 when both are empty, infinite when only ``before`` is."""
+    if before == 0:
+        return 1.0 if after == 0 else math.inf
+    return after / before
 
 
 _PACKAGES = ("langgraph", "langchain", "langchain-core", "langgraph-checkpoint-postgres")
@@ -674,6 +832,12 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         "approximate: the middleware's own default estimate",
     )
     parser.add_argument(
+        "--constraint-every-turn",
+        action="store_true",
+        help="end every user message with a constraint (a user repeating 不要改收货地址), "
+        "and add or repeat other constraints now and then",
+    )
+    parser.add_argument(
         "--database-uri",
         default=None,
         help="Postgres URI (default: an embedded Postgres in a temporary folder)",
@@ -710,12 +874,13 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         peer_token_counter=args.peer_token_counter,
         database_uri=args.database_uri,
         ctxgraph_overrides=tuple(overrides),
+        constraints=args.constraint_every_turn,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
-    session = generate_session(config.turns, config.seed)
+    session = generate_session(config.turns, config.seed, constraints=config.constraints)
     results = run_bench(config, session)
     print(report(results, config, session))
     sys.stdout.flush()

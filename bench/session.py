@@ -36,6 +36,15 @@ TOOL_SHARE = 1 / 3
 SIDE_EFFECT_SHARE = 0.3
 """Share of tool calls that go to a side-effect tool."""
 
+NEW_CONSTRAINT_SHARE = 0.04
+"""With constraints on: share of user turns that add a constraint not said before."""
+
+REPEAT_CONSTRAINT_SHARE = 0.05
+"""With constraints on: share of user turns that repeat an earlier added constraint."""
+
+TIED_CONSTRAINT_SHARE = 0.3
+"""With constraints on: share of turns that tie the standing constraint to one order."""
+
 READ_ONLY_TOOLS = ("lookup_order", "get_customer", "list_invoices", "search_docs")
 SIDE_EFFECT_TOOLS = ("create_ticket", "send_email", "update_order")
 
@@ -150,6 +159,8 @@ class Session:
     seed: int
     turns: tuple[Turn, ...]
     results: dict[str, str]
+    constraints: tuple[str, ...] = ()
+    """The constraints added along the way (the standing one aside), in order."""
     plans: dict[str, ToolPlan] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -278,6 +289,63 @@ def _tool_request(name: str, rng: random.Random, ids: _Ids) -> tuple[dict[str, s
 
 _CLOSERS = ("Thanks.", "Thanks in advance.", "Appreciate it.", "Cheers.")
 
+STANDING_CONSTRAINT = "不要改收货地址"
+"""The constraint the user repeats in every turn when constraints are on."""
+
+_STANDING_FORMS = (
+    "{c}。", "{c}。", "{c}", "{c}！", "记得{c}。", "还是{c}。", "请{c}。", "{c} 。",
+    "Remember: {c}.", "也{c}。",
+)  # fmt: skip
+"""Ways the user repeats the standing constraint: punctuation, spacing and fillers vary."""
+
+_TIED_FORMS = ("处理 {order} 时也{c}。", "{order} 那边也一样，{c}。", "For {order} too: {c}.")
+"""The standing constraint tied to one order: a new constraint each time it is said."""
+
+_NEW_CONSTRAINTS = (
+    "退款金额不能超过{amount}。",
+    "Never email {person} before {weekday}.",
+    "{order} 只能走顺丰发货。",
+    "Do not close tickets of the {team} team without a note.",
+    "Always copy {person} on refunds above {amount}.",
+    "{order} 的发票必须开给公司抬头。",
+    "Never promise {region} customers a delivery date.",
+    "不要给 {order} 申请部分退款。",
+)
+"""Templates of constraints the user adds now and then; each filled one is new."""
+
+
+def _constraint_form(text: str, rng: random.Random) -> str:
+    """One way of saying ``text`` again: end punctuation, spacing and case may change."""
+    core = text.rstrip("。.！!")
+    ending = "。" if re.search(r"[\u4e00-\u9fff]", core) else "."
+    return rng.choice(
+        (f"{core}{ending}", f"{core} {ending}", f"{core}!", f"{core.lower()}{ending}")
+    )
+
+
+def _constraints_for(rng: random.Random, ids: _Ids, added: list[str], index: int) -> list[str]:
+    """The constraint sentences one user turn ends with (the standing one comes last)."""
+    said: list[str] = []
+    if index and rng.random() < NEW_CONSTRAINT_SHARE:
+        template = rng.choice(_NEW_CONSTRAINTS)
+        new = template.format(
+            amount=_amount(rng),
+            person=_person(rng),
+            weekday=rng.choice(_WEEKDAYS),
+            order=ids.order(),
+            team=rng.choice(_TEAMS),
+            region=rng.choice(_REGIONS),
+        )
+        added.append(new)
+        said.append(new)
+    elif added and rng.random() < REPEAT_CONSTRAINT_SHARE:
+        said.append(_constraint_form(rng.choice(added), rng))
+    if rng.random() < TIED_CONSTRAINT_SHARE:
+        said.append(rng.choice(_TIED_FORMS).format(order=ids.order(), c=STANDING_CONSTRAINT))
+    else:
+        said.append(rng.choice(_STANDING_FORMS).format(c=STANDING_CONSTRAINT))
+    return said
+
 
 def _compose(first: str, candidates: list[str], target: int, low: int, rng: random.Random) -> str:
     """``first``, then whole sentences from ``candidates`` while they fit ``target`` words."""
@@ -371,12 +439,23 @@ def tool_result(name: str, args: dict[str, str], target: int, rng: random.Random
     return "\n".join(lines)
 
 
-def generate_session(turns: int, seed: int = 7) -> Session:
-    """``turns`` user turns; about a third of them ask for a tool."""
+def generate_session(turns: int, seed: int = 7, *, constraints: bool = False) -> Session:
+    """``turns`` user turns; about a third of them ask for a tool.
+
+    With ``constraints``, every user message ends with the standing constraint
+    (``STANDING_CONSTRAINT``, worded a little differently from turn to turn, and in
+    ``TIED_CONSTRAINT_SHARE`` of the turns tied to one order, which makes it a new
+    constraint); now and then a turn adds a new constraint or repeats an earlier one. The
+    constraint sentences come from their own random stream, so the rest of the session is
+    the same as without them.
+    """
     if turns < 1:
         raise ValueError(f"a session needs at least one turn, got {turns}")
     rng = random.Random(seed)
     ids = _Ids(rng)
+    said_rng = stable_rng(seed, "constraints")
+    said_ids = _Ids(said_rng)
+    added: list[str] = []
     made: list[Turn] = []
     results: dict[str, str] = {}
     seen: set[str] = set()
@@ -397,8 +476,10 @@ def generate_session(turns: int, seed: int = 7) -> Session:
         if text in seen:
             text = f"{text[:-1]} (turn {index + 1})."
         seen.add(text)
+        if constraints:
+            text = " ".join([text, *_constraints_for(said_rng, said_ids, added, index)])
         made.append(Turn(index=index, text=text, plan=plan))
-    return Session(seed=seed, turns=tuple(made), results=results)
+    return Session(seed=seed, turns=tuple(made), results=results, constraints=tuple(added))
 
 
 def make_tools(session: Session) -> list[BaseTool]:
