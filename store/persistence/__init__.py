@@ -4,6 +4,7 @@ from ctxgraph.store.persistence.connection import (
     AsyncPersistence,
     DatabaseError,
     Persistence,
+    database_errors,
     open_async_persistence,
     open_persistence,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "ThreadBusyError",
     "ThreadLockError",
     "athread_lock",
+    "database_errors",
     "database_uri",
     "open_async_persistence",
     "open_persistence",

@@ -13,6 +13,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 from langgraph.store.postgres.base import PostgresIndexConfig
+from psycopg.conninfo import conninfo_to_dict
 
 from ctxgraph.store.persistence.advisory import SETUP_KEY, atry_lock_until, try_lock_until
 from ctxgraph.store.persistence.change_tracking import install_change_tracking
@@ -48,9 +49,49 @@ class AsyncPersistence:
     uri: str
 
 
+_last_uri: list[str] = []
+"""The URI this process opened most recently, for errors raised outside ``open_*``."""
+
+_FAULTS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
+"""psycopg errors that mean the database is unreachable, gone or shut down (not a bug)."""
+
+
 def _redacted(uri: str) -> str:
-    _, at, tail = uri.rpartition("@")
-    return f"postgresql://…@{tail}" if at else uri
+    """The URI without user name and password; a key=value string keeps host, port, dbname."""
+    if "://" in uri:
+        _, at, tail = uri.rpartition("@")
+        return f"postgresql://…@{tail}" if at else uri
+    try:
+        params = conninfo_to_dict(uri)
+    except psycopg.Error:
+        return "DATABASE_URI (malformed)"
+    kept = " ".join(f"{k}={params[k]}" for k in ("host", "port", "dbname") if params.get(k))
+    return kept or "DATABASE_URI"
+
+
+def _checked(uri: str) -> str:
+    """``uri`` if libpq can parse it; else the one-line ``DatabaseError``."""
+    try:
+        conninfo_to_dict(uri)
+    except psycopg.Error as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else "cannot parse it"
+        raise DatabaseError(f"DATABASE_URI is not a valid Postgres URI: {reason}") from error
+    return uri
+
+
+@contextmanager
+def database_errors(uri: str | None = None) -> Iterator[None]:
+    """Turn a lost, refused or shut-down database connection into a one-line ``DatabaseError``.
+
+    Use it around code that runs statements after ``open_persistence`` returned (a
+    graph's ``stream``, whose checkpoint writes fail when the server stops mid-turn).
+    ``uri`` names the database in the message; by default, the one opened last.
+    """
+    try:
+        yield
+    except _FAULTS as error:
+        target = uri or (_last_uri[-1] if _last_uri else "")
+        raise unreachable(target, error) from error
 
 
 @contextmanager
@@ -62,7 +103,8 @@ def open_persistence(
     ``index`` gives the Store an embedding model (pgvector) for hybrid memory search;
     without it, ``CTXGRAPH_EMBEDDING_MODEL`` is read (see ``store.embeddings``).
     """
-    resolved = uri or database_uri()
+    resolved = _checked(uri or database_uri())
+    _last_uri.append(resolved)
     index = index if index is not None else embedding_index(os.environ)
     with ExitStack() as stack:
         try:
@@ -74,7 +116,7 @@ def open_persistence(
                     store.setup()
                     install_change_tracking(resolved)
                 _prepared.add((resolved, index is not None))
-        except psycopg.OperationalError as error:
+        except _FAULTS as error:
             raise unreachable(resolved, error) from error
         yield Persistence(checkpointer=checkpointer, store=store, uri=resolved)
 
@@ -84,7 +126,8 @@ async def open_async_persistence(
     uri: str | None = None, *, index: PostgresIndexConfig | None = None
 ) -> AsyncIterator[AsyncPersistence]:
     """Async version of ``open_persistence``."""
-    resolved = uri or database_uri()
+    resolved = _checked(uri or database_uri())
+    _last_uri.append(resolved)
     index = index if index is not None else embedding_index(os.environ)
     async with AsyncExitStack() as stack:
         try:
@@ -100,7 +143,7 @@ async def open_async_persistence(
                     await store.setup()
                     await asyncio.to_thread(install_change_tracking, resolved)
                 _prepared.add((resolved, index is not None))
-        except psycopg.OperationalError as error:
+        except _FAULTS as error:
             raise unreachable(resolved, error) from error
         yield AsyncPersistence(checkpointer=checkpointer, store=store, uri=resolved)
 
@@ -137,5 +180,7 @@ def _setup_timeout(uri: str) -> DatabaseError:
 
 def unreachable(uri: str, error: Exception) -> DatabaseError:
     """The one-line error for a database that refused a connection or a statement."""
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return DatabaseError(f"cannot use the database at {_redacted(uri)}: {reason}")
+    text = str(error).strip()
+    reason = text.splitlines()[0] if text else type(error).__name__
+    where = f" at {_redacted(uri)}" if uri else ""
+    return DatabaseError(f"cannot use the database{where}: {reason}")

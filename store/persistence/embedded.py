@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import os
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxgraph.store.persistence.embedded_server import EmbeddedServer
 
 DATABASE_HELP = (
     "set DATABASE_URI to a Postgres server "
     "(for example postgresql://user:password@localhost:5432/ctxgraph)"
 )
 
-_servers: dict[Path, Any] = {}
+_servers: dict[Path, EmbeddedServer] = {}
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -34,27 +37,27 @@ def embedded_uri(home: Path) -> str:
     """Start (or join) the embedded Postgres whose data lives under ``home``; return its URI.
 
     Several processes may share one data folder: the first starts the server, later ones
-    connect to it, and the last one to exit stops it.
+    connect to it, and the last live one to exit stops it (see ``embedded_server``). A
+    server that died, or a stale ``postmaster.pid``, is replaced by a new start.
     """
     pgdata = home / "pgdata"
     server = _servers.get(pgdata)
     if server is None:
-        try:
-            home.mkdir(parents=True, exist_ok=True)
-            with warnings.catch_warnings():
-                # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine.
-                warnings.simplefilter("ignore")
-                from pgserver.postgres_server import get_server
+        from ctxgraph.store.persistence.embedded_server import EmbeddedServer
 
-                server = get_server(pgdata, cleanup_mode="stop")
-        except Exception as error:  # pgserver raises many kinds; all mean "could not start"
-            raise EmbeddedPostgresError(
-                f"could not start the embedded Postgres in {pgdata}: "
-                f"{type(error).__name__}: {error}; {DATABASE_HELP}, "
-                "or CTXGRAPH_HOME to a writable folder"
-            ) from error
+        server = EmbeddedServer(home)
+    try:
+        uri = server.join()
+    except Exception as error:  # OSError, ServerError, psutil errors: all mean "could not start"
+        raise EmbeddedPostgresError(
+            f"could not start the embedded Postgres in {pgdata}: "
+            f"{type(error).__name__}: {error}; {DATABASE_HELP}, "
+            "or CTXGRAPH_HOME to a writable folder"
+        ) from error
+    if pgdata not in _servers:
         _servers[pgdata] = server
-    return str(server.get_uri())
+        atexit.register(server.leave_quietly)
+    return uri
 
 
 def database_uri(environ: Mapping[str, str] | None = None) -> str:

@@ -1,0 +1,66 @@
+"""Helpers for tests that watch the embedded Postgres of a data folder from outside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.cli import REPO_ROOT
+
+HOLDER = (
+    "import sys; from pathlib import Path; "
+    "from ctxgraph.store.persistence.embedded import embedded_uri; "
+    "print(embedded_uri(Path(sys.argv[1])), flush=True); sys.stdin.read()"
+)
+"""A client that joins the embedded server, prints its URI and waits for stdin to close."""
+
+
+def start_holder(python: str, env: dict[str, str], home: Path) -> subprocess.Popen[str]:
+    """Start a process that holds the embedded server of ``home``; wait until it has joined."""
+    holder = subprocess.Popen(
+        [python, "-c", HOLDER, str(home)],
+        env=env,
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    line = holder.stdout.readline()
+    assert line.startswith("postgresql://"), holder.communicate(timeout=30)
+    return holder
+
+
+def postgres_pids(pgdata: Path) -> list[int]:
+    """Live (non-zombie) Postgres processes working in ``pgdata``."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "cwd") != str(pgdata):
+                continue
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        state = stat[stat.rindex(")") + 2]
+        if name.startswith("postgres") and state not in "ZXx":
+            found.append(int(entry.name))
+    return found
+
+
+def postmaster_pid(pgdata: Path) -> int:
+    """The pid recorded in ``pgdata/postmaster.pid``."""
+    return int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+
+
+def wait_until_gone(pgdata: Path, timeout: float = 15.0) -> list[int]:
+    """Wait for every Postgres process of ``pgdata`` to exit; return those still there."""
+    deadline = time.monotonic() + timeout
+    while (left := postgres_pids(pgdata)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
