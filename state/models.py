@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
@@ -17,6 +19,21 @@ ENVIRONMENT_HELP = (
     "no chat model is configured: set CTXGRAPH_MODEL (e.g. gpt-4o-mini) and OPENAI_API_KEY, "
     "or OPENAI_BASE_URL for an OpenAI-compatible server; CTXGRAPH_MODEL=scripted runs offline"
 )
+
+TIMEOUT_VARIABLE = "CTXGRAPH_REQUEST_TIMEOUT"
+"""Environment variable: seconds one model request may take before it fails."""
+
+RETRIES_VARIABLE = "CTXGRAPH_MAX_RETRIES"
+"""Environment variable: how often a failed model request is retried."""
+
+DEFAULT_TIMEOUT = 120.0
+"""Seconds one request to a model endpoint may take (each retry gets as long again)."""
+
+DEFAULT_MAX_RETRIES = 2
+"""Retries of a request that failed to connect, timed out, or got HTTP 408/409/429/5xx."""
+
+LOCAL_HOSTS = ("localhost", "::1")
+"""Host names of local endpoints, which need no ``OPENAI_API_KEY`` (as do 127.x.x.x)."""
 
 
 class ModelConfigError(ValueError):
@@ -60,18 +77,35 @@ class Models:
         memory_model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> Models:
-        """Build ``ChatOpenAI`` models for the three roles on one OpenAI-compatible endpoint."""
+        """Build ``ChatOpenAI`` models for the three roles on one OpenAI-compatible endpoint.
+
+        ``timeout`` (seconds per request) and ``max_retries`` apply to every role.
+        """
         from langchain_openai import ChatOpenAI
         from pydantic import SecretStr
 
         if not api_key and not base_url:
-            raise ModelConfigError(ENVIRONMENT_HELP)
+            raise ModelConfigError(missing_key_message(None))
+        if isinstance(timeout, bool) or not (
+            isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0
+        ):
+            raise ModelConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ModelConfigError(f"max_retries must be a whole number >= 0, got {max_retries!r}")
         # Local OpenAI-compatible servers usually accept any key; the client insists on one.
         key = SecretStr(api_key or "not-needed")
 
         def make(name: str) -> BaseChatModel:
-            return ChatOpenAI(model=name, base_url=base_url, api_key=key)
+            return ChatOpenAI(
+                model=name,
+                base_url=base_url,
+                api_key=key,
+                timeout=float(timeout),
+                max_retries=max_retries,
+            )
 
         main = make(model)
         return cls(
@@ -92,8 +126,9 @@ class Models:
             return demo_models()
         base_url = environ.get("OPENAI_BASE_URL", "").strip()
         api_key = environ.get("OPENAI_API_KEY", "").strip()
-        if not base_url and not api_key:
-            raise ModelConfigError(ENVIRONMENT_HELP)
+        if not api_key and not is_local_endpoint(base_url):
+            raise ModelConfigError(missing_key_message(base_url or None))
+        timeout, retries = request_limits(environ)
         return cls.openai(
             name,
             summary_model=environ.get("CTXGRAPH_SUMMARY_MODEL") or None,
@@ -101,7 +136,55 @@ class Models:
             # Explicit, so the client does not fall back to variables outside ``environ``.
             base_url=base_url or OPENAI_BASE_URL,
             api_key=api_key or None,
+            timeout=timeout,
+            max_retries=retries,
         )
+
+
+def is_local_endpoint(base_url: str) -> bool:
+    """Whether ``base_url`` is on this machine (localhost, 127.x.x.x, ::1)."""
+    if not base_url:
+        return False
+    try:
+        host = urlsplit(base_url if "//" in base_url else f"//{base_url}").hostname or ""
+    except ValueError:
+        return False
+    return host in LOCAL_HOSTS or host.startswith("127.")
+
+
+def missing_key_message(base_url: str | None) -> str:
+    """The one-line error for a remote endpoint without ``OPENAI_API_KEY``."""
+    where = f"OPENAI_BASE_URL={base_url}" if base_url else f"the default {OPENAI_BASE_URL}"
+    return (
+        f"OPENAI_API_KEY is not set, and {where} is not a local server: set OPENAI_API_KEY, "
+        "point OPENAI_BASE_URL at a local OpenAI-compatible server (localhost, 127.0.0.1), "
+        "or set CTXGRAPH_MODEL=scripted to run offline"
+    )
+
+
+def request_limits(environ: Mapping[str, str]) -> tuple[float, int]:
+    """``CTXGRAPH_REQUEST_TIMEOUT`` (seconds, default 120) and ``CTXGRAPH_MAX_RETRIES`` (2).
+
+    Raises ``ModelConfigError`` naming the variable and its value when either is unusable.
+    """
+    timeout = DEFAULT_TIMEOUT
+    text = environ.get(TIMEOUT_VARIABLE, "").strip()
+    if text:
+        try:
+            timeout = float(text)
+        except ValueError:
+            timeout = math.nan
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ModelConfigError(
+                f"{TIMEOUT_VARIABLE} must be a positive number of seconds, got {text!r}"
+            )
+    retries = DEFAULT_MAX_RETRIES
+    text = environ.get(RETRIES_VARIABLE, "").strip()
+    if text:
+        if not text.isdigit():
+            raise ModelConfigError(f"{RETRIES_VARIABLE} must be a whole number >= 0, got {text!r}")
+        retries = int(text)
+    return timeout, retries
 
 
 def input_window(model: BaseChatModel, configured: int | None) -> int | None:

@@ -17,6 +17,7 @@ from langgraph.constants import TAG_NOSTREAM
 from ctxgraph.nodes.compaction.partition import exchange_units
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.state.messages import content_text, message_origin
+from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text
 
@@ -199,6 +200,7 @@ class SummaryWriter:
                 try:
                     reply = model.invoke(prompt, summary_config())
                     previous = _accept(reply, check)
+                    _recovered(failures)
                     break
                 except Exception as error:  # any failure of one model means: try the next
                     failures.append(_failure(model, error))
@@ -217,6 +219,7 @@ class SummaryWriter:
                 try:
                     reply = await model.ainvoke(prompt, summary_config())
                     previous = _accept(reply, check)
+                    _recovered(failures)
                     break
                 except Exception as error:  # any failure of one model means: try the next
                     failures.append(_failure(model, error))
@@ -262,7 +265,20 @@ def _accept(reply: BaseMessage, check: Check) -> dict[str, str]:
     return sections
 
 
+def _recovered(failures: list[str]) -> None:
+    """Log, in one line, the models that failed before another one wrote the summary."""
+    if failures:
+        logger.warning("%s; the next model wrote the summary", "; ".join(failures))
+
+
 def _failure(model: BaseChatModel, error: Exception) -> str:
-    name = getattr(model, "model_name", None) or type(model).__name__
-    logger.warning("summary model %s failed: %s", name, error)
-    return f"{name}: {type(error).__name__}: {error}"
+    """One line naming the role, model, endpoint and cause.
+
+    It is logged once: within ``compaction skipped`` when every model fails, else by
+    ``_recovered``.
+    """
+    logger.debug("summary call failed", exc_info=error)
+    if isinstance(error, SummaryError):  # the model answered, but not usably
+        name = getattr(model, "model_name", None) or type(model).__name__
+        return f"summary model {name!r}: {error}"
+    return endpoint_warning(error, "summary", model)

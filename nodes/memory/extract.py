@@ -103,6 +103,8 @@ class MemoryExtractor:
     """Runs one extraction over filtered rows and applies the acceptance rules."""
 
     def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+        """The memory model (named in the warning when its call fails)."""
         self._structured = model.with_structured_output(MemoryUpdate, method="function_calling")
 
     def extract(

@@ -18,6 +18,7 @@ from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.progress import ProcessedMessages
@@ -131,7 +132,7 @@ class MemoryNodes:
                         threshold=job.settings.confidence_threshold,
                     )
                 except Exception as error:  # the model's failure must not fail the turn
-                    logger.warning("memory extraction failed, will retry next turn: %s", error)
+                    self._warn(error)
                     return
         job.processed.add(ids, known=done)
 
@@ -154,6 +155,12 @@ class MemoryNodes:
                         threshold=job.settings.confidence_threshold,
                     )
                 except Exception as error:  # the model's failure must not fail the turn
-                    logger.warning("memory extraction failed, will retry next turn: %s", error)
+                    self._warn(error)
                     return
         await job.processed.aadd(ids, known=done)
+
+    def _warn(self, error: Exception) -> None:
+        """Log one line naming the role, endpoint and cause; the turn goes on."""
+        logger.debug("memory extraction failed", exc_info=error)
+        line = endpoint_warning(error, "memory", self._extractor.model)
+        logger.warning("memory extraction failed, will retry next turn: %s", line)

@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from langgraph.store.postgres.base import PostgresIndexConfig
 from pydantic import SecretStr
 
-from ctxgraph.state.models import OPENAI_BASE_URL
+from ctxgraph.state.models import (
+    OPENAI_BASE_URL,
+    is_local_endpoint,
+    missing_key_message,
+    request_limits,
+)
 
 FACT_INDEX_FIELDS = ["content"]
 """The part of a stored fact that is embedded when the Store has a vector index."""
@@ -25,7 +30,8 @@ def embedding_index(environ: Mapping[str, str]) -> PostgresIndexConfig | None:
 
     The model is served by the same OpenAI-compatible endpoint as the chat models
     (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); ``CTXGRAPH_EMBEDDING_DIMS`` gives its vector
-    size. Inputs are not pre-counted with a tokenizer, so nothing but that endpoint is
+    size; ``CTXGRAPH_REQUEST_TIMEOUT`` and ``CTXGRAPH_MAX_RETRIES`` apply as to the chat
+    models. Inputs are not pre-counted with a tokenizer, so nothing but that endpoint is
     contacted.
     """
     model = environ.get("CTXGRAPH_EMBEDDING_MODEL", "").strip()
@@ -39,11 +45,11 @@ def embedding_index(environ: Mapping[str, str]) -> PostgresIndexConfig | None:
         )
     base_url = environ.get("OPENAI_BASE_URL", "").strip()
     api_key = environ.get("OPENAI_API_KEY", "").strip()
-    if not base_url and not api_key:
+    if not api_key and not is_local_endpoint(base_url):
         raise EmbeddingConfigError(
-            "CTXGRAPH_EMBEDDING_MODEL needs OPENAI_API_KEY, or OPENAI_BASE_URL for an "
-            "OpenAI-compatible server"
+            f"CTXGRAPH_EMBEDDING_MODEL={model}: {missing_key_message(base_url or None)}"
         )
+    timeout, retries = request_limits(environ)  # the same limits as the chat models
     # Imported here: the client library is only needed when an embedding model is set.
     from langchain_openai import OpenAIEmbeddings
 
@@ -54,5 +60,7 @@ def embedding_index(environ: Mapping[str, str]) -> PostgresIndexConfig | None:
         # Local OpenAI-compatible servers usually accept any key; the client insists on one.
         api_key=SecretStr(api_key or "not-needed"),
         check_embedding_ctx_length=False,
+        timeout=timeout,
+        max_retries=retries,
     )
     return {"dims": int(raw), "embed": embeddings, "fields": list(FACT_INDEX_FIELDS)}

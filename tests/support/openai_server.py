@@ -8,6 +8,13 @@ Tests queue replies with ``script`` and read back every request body from ``requ
 
 Only ``POST /v1/chat/completions`` is served, as JSON or, when the request says
 ``"stream": true``, as server-sent events ending in ``data: [DONE]``.
+
+``fail(status)`` answers with an OpenAI-style error body instead, and ``hang()`` accepts
+the request and never answers; both apply to every model, or to the one named by
+``model=``::
+
+    server.fail(401)                   # every request: HTTP 401 invalid_api_key
+    server.hang(model="slow-summary")  # only requests for that model hang
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -75,6 +83,29 @@ def _function(call: ToolCall) -> dict[str, str]:
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
+ERRORS: dict[int, tuple[str, str, str]] = {
+    401: ("Incorrect API key provided: x.", "invalid_request_error", "invalid_api_key"),
+    403: ("You are not allowed to use this model.", "invalid_request_error", "forbidden"),
+    404: (
+        "The model does not exist or you do not have access to it.",
+        "invalid_request_error",
+        "model_not_found",
+    ),
+    429: ("Rate limit reached for requests.", "requests", "rate_limit_exceeded"),
+    500: ("The server had an error while processing your request.", "server_error", "server_error"),
+}
+"""Message, type and code of the OpenAI-style error body ``fail(status)`` sends."""
+
+HANG = 0
+"""The behaviour of ``hang()``: read the request, then never answer."""
+
+
+def error_body(status: int, message: str | None = None) -> dict[str, Any]:
+    """An OpenAI-style error body for ``status`` (``{"error": {message, type, code}}``)."""
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+    known, kind, code = ERRORS.get(status, (phrase or f"HTTP {status}", "server_error", None))
+    return {"error": {"message": message or known, "type": kind, "param": None, "code": code}}
+
 
 class OpenAIServer:
     """Serves scripted replies on 127.0.0.1 and records each request's parsed JSON body."""
@@ -85,7 +116,50 @@ class OpenAIServer:
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._behaviours: dict[str | None, list[Any]] = {}
+        self._stopping = threading.Event()
         self.script(*replies)
+
+    def fail(
+        self,
+        status: int,
+        *,
+        model: str | None = None,
+        message: str | None = None,
+        times: int | None = None,
+    ) -> None:
+        """Answer requests (for ``model``, else all) with HTTP ``status`` and an error body.
+
+        With ``times``, only that many requests fail; later ones are served as usual.
+        """
+        with self._lock:
+            self._behaviours[model] = [status, message, times]
+
+    def hang(self, *, model: str | None = None) -> None:
+        """Accept requests (for ``model``, else all) and never answer them."""
+        with self._lock:
+            self._behaviours[model] = [HANG, None, None]
+
+    def serve_normally(self) -> None:
+        """Forget every ``fail`` and ``hang``."""
+        with self._lock:
+            self._behaviours.clear()
+
+    def _behaviour(self, body: dict[str, Any]) -> tuple[int, str | None] | None:
+        """Record a request that fails or hangs; return its status (HANG) and message."""
+        with self._lock:
+            model = str(body.get("model", ""))
+            key = model if model in self._behaviours else None
+            behaviour = self._behaviours.get(key)
+            if behaviour is None:
+                return None
+            status, message, times = behaviour
+            if times is not None:
+                if times <= 0:
+                    return None
+                behaviour[2] = times - 1
+            self.requests.append(body)
+            return status, message
 
     def script(self, *replies: Reply | str) -> None:
         """Queue replies in order; a plain string is a text answer."""
@@ -112,6 +186,7 @@ class OpenAIServer:
         class Handler(_Handler):
             owner = server
 
+        self._stopping.clear()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -120,7 +195,8 @@ class OpenAIServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and release the port."""
+        """Stop serving and release the port (hanging requests end unanswered)."""
+        self._stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -155,6 +231,15 @@ class _Handler(BaseHTTPRequestHandler):
             request = json.loads(body or b"{}")
         except ValueError as error:
             self._json(400, {"error": {"message": f"request body is not JSON: {error}"}})
+            return
+        behaviour = self.owner._behaviour(request)
+        if behaviour is not None:
+            status, message = behaviour
+            if status == HANG:
+                self.owner._stopping.wait()
+                self.close_connection = True
+            else:
+                self._json(status, error_body(status, message))
             return
         number, reply = self.owner._next(request)
         if reply is None:

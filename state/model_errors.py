@@ -1,0 +1,244 @@
+"""Turns a failed call to a model endpoint into one line: role, model, endpoint and cause."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import traceback
+from collections.abc import Iterator
+from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
+
+ROLES = ("main", "summary", "memory", "embedding")
+"""The model roles a failure can be reported for."""
+
+DEBUG_VARIABLE = "CTXGRAPH_DEBUG"
+"""Environment variable that, set to 1, adds the traceback to a one-line error."""
+
+_API_PATHS = ("/chat/completions", "/embeddings", "/completions")
+
+
+class ModelEndpointError(RuntimeError):
+    """A model endpoint could not answer; ``str()`` is the one line shown to the user."""
+
+    def __init__(self, role: str, model: str | None, endpoint: str | None, cause: str) -> None:
+        self.role = role
+        self.model = model
+        self.endpoint = endpoint
+        self.cause = cause
+        super().__init__(describe_parts(role, model, endpoint, cause))
+
+
+def describe_parts(role: str, model: str | None, endpoint: str | None, cause: str) -> str:
+    """``<role> model '<name>' at <endpoint>: <cause>`` with the parts that are known."""
+    who = f"{role} model" + (f" {model!r}" if model else "")
+    where = f" at {endpoint}" if endpoint else ""
+    return f"{who}{where}: {cause}"
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and the errors it was raised from, outermost first."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _api_error(error: BaseException) -> Any | None:
+    """The ``openai.APIError`` in the chain of ``error``, if any."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - the client library is a dependency
+        return None
+    for link in _chain(error):
+        if isinstance(link, openai.APIError):
+            return link
+    return None
+
+
+def is_endpoint_error(error: BaseException) -> bool:
+    """Whether ``error`` is a model endpoint failing (connection, HTTP status, timeout)."""
+    return isinstance(error, ModelEndpointError) or _api_error(error) is not None
+
+
+def _request(error: BaseException) -> Any | None:
+    request = getattr(error, "request", None)
+    if request is None:
+        response = getattr(error, "response", None)
+        request = getattr(response, "request", None)
+    return request
+
+
+def safe_endpoint(url: str) -> str:
+    """``url`` without credentials, query, fragment and the API path (``/chat/completions``)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    path = parts.path
+    for suffix in _API_PATHS:
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+            break
+    return urlunsplit((parts.scheme, netloc, path.rstrip("/"), "", ""))
+
+
+def _request_model(request: Any) -> str | None:
+    """The ``model`` field of a JSON request body, if it can be read."""
+    try:
+        body = json.loads(request.content or b"{}")
+    except (ValueError, TypeError, AttributeError, RuntimeError):
+        return None
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _timeout_seconds(request: Any) -> float | None:
+    timeout = getattr(request, "extensions", {}).get("timeout")
+    if isinstance(timeout, dict):
+        read = timeout.get("read")
+        if isinstance(read, int | float):
+            return float(read)
+    return None
+
+
+def _server_message(api_error: Any) -> str:
+    """The ``error.message`` of an OpenAI-style error body, else the response text."""
+    body = getattr(api_error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else inner
+        if isinstance(message, str) and message.strip():
+            return _one_line(message)
+    response = getattr(api_error, "response", None)
+    text = getattr(response, "text", "") if response is not None else ""
+    return _one_line(text) if isinstance(text, str) else ""
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _connection_cause(error: BaseException) -> str:
+    """Name why a connection failed: refused, DNS, TLS, reset, or the library's words."""
+    words = ""
+    for link in _chain(error):
+        if isinstance(link, ConnectionRefusedError):
+            return "connection refused (is the server running and listening on that port?)"
+        if isinstance(link, socket.gaierror):
+            return f"cannot resolve the host name (DNS: {link.strerror or link})"
+        if isinstance(link, ssl.SSLError):
+            return f"TLS handshake failed ({_one_line(str(link))})"
+        text = str(link)
+        lowered = text.lower()
+        if "connection refused" in lowered:
+            return "connection refused (is the server running and listening on that port?)"
+        if "name or service not known" in lowered or "nodename nor servname" in lowered:
+            return f"cannot resolve the host name (DNS: {_one_line(text)})"
+        if "temporary failure in name resolution" in lowered:
+            return f"cannot resolve the host name (DNS: {_one_line(text)})"
+        if "ssl" in lowered or "certificate" in lowered or "tls" in lowered:
+            return f"TLS handshake failed ({_one_line(text)})"
+        if not words and text and text != "Connection error.":
+            words = _one_line(text)
+    return f"connection failed ({words or type(error).__name__})"
+
+
+def describe_cause(error: BaseException) -> str:
+    """One line saying why the endpoint failed, naming the HTTP status where there is one."""
+    import openai
+
+    api_error = _api_error(error)
+    if api_error is None:
+        return _one_line(f"{type(error).__name__}: {error}")
+    if isinstance(api_error, openai.APITimeoutError):
+        seconds = _timeout_seconds(_request(api_error))
+        after = f"within {seconds:g} s " if seconds is not None else ""
+        return f"timed out: no answer {after}(CTXGRAPH_REQUEST_TIMEOUT)"
+    if isinstance(api_error, openai.APIConnectionError):
+        return _connection_cause(api_error)
+    if isinstance(api_error, openai.APIStatusError):
+        status = api_error.status_code
+        message = _server_message(api_error)
+        detail = f": {message}" if message else ""
+        if status == 401:
+            return f"authentication failed (HTTP 401{detail}); check OPENAI_API_KEY"
+        if status == 403:
+            return f"access denied (HTTP 403{detail}); check OPENAI_API_KEY and its permissions"
+        if status == 404:
+            return (
+                f"not found (HTTP 404{detail}); check the model name and OPENAI_BASE_URL "
+                "(it usually ends in /v1)"
+            )
+        if status == 429:
+            return f"rate limited or out of quota (HTTP 429{detail}); try again later"
+        if status >= 500:
+            return f"server error (HTTP {status}{detail})"
+        return f"request rejected (HTTP {status}{detail})"
+    return _one_line(f"{type(api_error).__name__}: {api_error}")
+
+
+def endpoint_error(
+    error: BaseException, role: str, *, model: str | None = None, endpoint: str | None = None
+) -> ModelEndpointError:
+    """Describe ``error`` as a ``ModelEndpointError`` of ``role``.
+
+    The endpoint and model are read from the failed request when it is known; a request
+    to ``/embeddings`` is reported as the embedding model's whatever ``role`` says.
+    """
+    if isinstance(error, ModelEndpointError):
+        return error
+    api_error = _api_error(error)
+    request = _request(api_error) if api_error is not None else None
+    if request is not None:
+        url = str(getattr(request, "url", ""))
+        if url:
+            if urlsplit(url).path.endswith("/embeddings"):
+                role = "embedding"
+            endpoint = safe_endpoint(url)
+        model = _request_model(request) or model
+    return ModelEndpointError(role, model, endpoint, describe_cause(error))
+
+
+def endpoint_warning(error: BaseException, role: str, model: Any = None) -> str:
+    """The one-line warning for a failed call whose failure does not fail the turn."""
+    name = getattr(model, "model_name", None)
+    base = getattr(model, "openai_api_base", None)
+    return str(
+        endpoint_error(
+            error,
+            role,
+            model=name if isinstance(name, str) else None,
+            endpoint=safe_endpoint(base) if isinstance(base, str) and base else None,
+        )
+    )
+
+
+def debug_enabled() -> bool:
+    """Whether ``CTXGRAPH_DEBUG`` asks for tracebacks (1, true, yes or on)."""
+    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def report_endpoint_error(error: BaseException, err: TextIO, *, role: str = "main") -> bool:
+    """Print ``ctxgraph: <one line>`` to ``err`` if ``error`` is a model endpoint failure.
+
+    With ``CTXGRAPH_DEBUG=1`` (or ``ctxgraph --debug``) the traceback comes first. Returns
+    False, printing nothing, for any other error, which the caller should re-raise.
+    """
+    if not is_endpoint_error(error):
+        return False
+    if debug_enabled():
+        traceback.print_exception(error, file=err)
+    err.write(f"ctxgraph: {endpoint_error(error, role)}\n")
+    err.flush()
+    return True
