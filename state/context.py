@@ -8,7 +8,19 @@ from dataclasses import dataclass, field
 
 from ctxgraph.state.settings import Settings, SettingsError
 
-_LABEL = re.compile(r"^[A-Za-z0-9_\-@:+]{1,128}$")
+_LABEL = re.compile(r"[A-Za-z0-9_\-@:+]{1,128}")
+"""An identity label or thread id, matched whole (``fullmatch``): a trailing newline fails."""
+
+_RULE = "1-128 characters of letters, digits, '_', '-', '@', ':' or '+' (no dots or spaces)"
+
+MISSING_USER_ID = (
+    'Context.user_id is required: pass context={"user_id": "alice"} with the run '
+    '(client.runs.create(thread_id, "ctxgraph", input=..., context={"user_id": "alice"})), '
+    "or set it in Studio's assistant configuration (Manage Assistants, then the assistant's "
+    'context: {"user_id": "alice"}); in Python, pass context=Context(user_id="alice") to '
+    "invoke/stream"
+)
+"""Why a run without a user id is refused, and the exact ways to pass one."""
 
 
 class ContextError(ValueError):
@@ -20,20 +32,33 @@ def require_context(context: object) -> Context:
     if not isinstance(context, Context):
         raise ContextError(
             "this graph needs a runtime context with a user id: pass "
-            "context=Context(user_id=...) to invoke/stream, or context={'user_id': ...} "
-            f"to a LangGraph server run (got {context!r})"
+            "context=Context(user_id=...) to invoke/stream, or "
+            + MISSING_USER_ID.removeprefix("Context.user_id is required: pass ")
+            + f" (got {context!r})"
         )
     return context
 
 
 def validate_label(name: str, value: object) -> str:
-    """Check that an identity label can be used as a Store namespace part, and return it."""
-    if not isinstance(value, str) or not _LABEL.match(value):
-        raise ContextError(
-            f"{name} must be 1-128 characters of letters, digits, '_', '-', '@', ':' or '+' "
-            f"(no dots or spaces), got {value!r}"
-        )
+    """Check that an identity label can be used as a Store namespace part, and return it.
+
+    The whole value must match: leading or trailing whitespace, a trailing newline or any
+    other control character is refused.
+    """
+    if not isinstance(value, str) or not _LABEL.fullmatch(value):
+        raise ContextError(f"{name} must be {_RULE}, got {value!r}")
     return value
+
+
+def validate_thread_id(value: object, name: str = "thread id") -> str:
+    """Check a thread id before anything is read or written for it, and return it.
+
+    Thread ids follow the rule of user ids: 1-128 characters of letters, digits and
+    ``_ - @ : +``. A thread id is a part of Store namespaces, which may not contain a
+    period, and the rule keeps out ``/``, whitespace and control characters. Raises
+    ``ContextError`` naming ``name``.
+    """
+    return validate_label(name, value)
 
 
 @dataclass(kw_only=True)
@@ -57,6 +82,8 @@ class Context:
     )
 
     def __post_init__(self) -> None:
+        if not self.user_id:  # missing: "" from an empty assistant context, or None
+            raise ContextError(MISSING_USER_ID)
         validate_label("Context.user_id", self.user_id)
         validate_label("Context.agent_name", self.agent_name)
         if self.project_id is not None:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from ctxgraph.state.context import validate_label
+from ctxgraph.state.context import validate_label, validate_thread_id
 
 
-def _thread_label(thread_id: object) -> str:
-    """Return ``thread_id`` if it can be a namespace label, else raise ValueError naming it."""
-    if not isinstance(thread_id, str) or not thread_id:
-        raise ValueError(f"a thread id must be a non-empty string, got {thread_id!r}")
-    if "." in thread_id:
-        raise ValueError(f"a thread id may not contain a period ('.'), got {thread_id!r}")
-    return thread_id
+def _thread_label(thread_id: str) -> str:
+    """Return ``thread_id`` if it follows the thread id rule, else raise ``ContextError``."""
+    return validate_thread_id(thread_id, "thread_id")
 
 
 def thread_archive(thread_id: str) -> tuple[str, ...]:
@@ -22,6 +18,11 @@ def thread_archive(thread_id: str) -> tuple[str, ...]:
 def thread_artifacts(thread_id: str) -> tuple[str, ...]:
     """Namespace of the artifacts of one thread."""
     return ("threads", _thread_label(thread_id), "artifacts")
+
+
+def thread_meta(thread_id: str) -> tuple[str, ...]:
+    """Namespace of a thread's own records: its owner (key ``owner``)."""
+    return ("threads", _thread_label(thread_id), "meta")
 
 
 def user_profile(user_id: str) -> tuple[str, ...]:
@@ -47,7 +48,7 @@ def project_facts(project_id: str) -> tuple[str, ...]:
 
 def thread_memory(thread_id: str) -> tuple[str, ...]:
     """Namespace of a thread's memory bookkeeping (processed message ids, deferred queue)."""
-    return ("threads", validate_label("thread_id", thread_id), "memory")
+    return ("threads", _thread_label(thread_id), "memory")
 
 
 def memory_queue() -> tuple[str, ...]:

@@ -217,9 +217,12 @@ def test_context_rejects_unusable_user_ids(user_id: object) -> None:
         Context(user_id=user_id)  # type: ignore[arg-type]
 
 
-def test_missing_user_id_is_a_context_error() -> None:
-    with pytest.raises(ContextError, match=r"Context\.user_id must be"):
+def test_missing_user_id_is_a_context_error_naming_the_ways_to_pass_one() -> None:
+    with pytest.raises(ContextError, match=r"Context\.user_id is required") as raised:
         Context()
+    message = str(raised.value)
+    assert 'client.runs.create(thread_id, "ctxgraph", input=..., context={"user_id": ' in message
+    assert "Manage Assistants" in message
 
 
 def test_run_without_context_is_refused_with_instructions() -> None:

@@ -198,7 +198,7 @@ def test_namespaces_validate_thread_ids() -> None:
     assert thread_artifacts("t1") == ("threads", "t1", "artifacts")
     with pytest.raises(ValueError, match=r"'a\.b'"):
         thread_archive("a.b")
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="thread_id must be 1-128 characters"):
         thread_artifacts("")
 
 

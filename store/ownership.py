@@ -1,0 +1,68 @@
+"""Who a thread belongs to: the user whose run first wrote it.
+
+The owner is one Store item, key ``owner`` in ``thread_meta(thread_id)``, holding
+``{"user_id": ...}``. The graph's first task claims an unowned thread for the run's
+``Context.user_id`` and refuses a run by anyone else, before anything is written; the
+command line checks the same item before it reads a thread. Two first runs of one new
+thread by different users at the same moment could both find no owner; the command line
+holds the thread lock for a run, so its runs cannot. A thread saved before owners
+were recorded has none: the next run claims it.
+"""
+
+from __future__ import annotations
+
+from langgraph.store.base import BaseStore
+
+from ctxgraph.state.context import ContextError
+from ctxgraph.store.namespaces import thread_meta
+
+OWNER_KEY = "owner"
+"""Key of the owner item in ``thread_meta(thread_id)``."""
+
+
+class ThreadOwnerError(ContextError):
+    """A user asked for a thread that belongs to another user."""
+
+
+def _owner_of(value: object) -> str | None:
+    """The user id in a stored owner item's value, or None when it holds none."""
+    if isinstance(value, dict):
+        user = value.get("user_id")
+        if isinstance(user, str) and user:
+            return user
+    return None
+
+
+def _refusal(thread_id: str, user_id: str) -> ThreadOwnerError:
+    return ThreadOwnerError(
+        f"thread {thread_id!r} belongs to another user, not {user_id!r}: "
+        "use the user id that created it, or another thread id"
+    )
+
+
+def thread_owner(store: BaseStore, thread_id: str) -> str | None:
+    """The user id that owns ``thread_id``, or None when no owner is recorded."""
+    item = store.get(thread_meta(thread_id), OWNER_KEY)
+    return None if item is None else _owner_of(item.value)
+
+
+async def athread_owner(store: BaseStore, thread_id: str) -> str | None:
+    """Async :func:`thread_owner`."""
+    item = await store.aget(thread_meta(thread_id), OWNER_KEY)
+    return None if item is None else _owner_of(item.value)
+
+
+def check_thread_owner(owner: str | None, thread_id: str, user_id: str) -> None:
+    """Raise ``ThreadOwnerError`` when ``owner`` is recorded and is not ``user_id``."""
+    if owner is not None and owner != user_id:
+        raise _refusal(thread_id, user_id)
+
+
+def record_owner(store: BaseStore, thread_id: str, user_id: str) -> None:
+    """Record ``user_id`` as the owner of ``thread_id`` (call after checking none is)."""
+    store.put(thread_meta(thread_id), OWNER_KEY, {"user_id": user_id}, index=False)
+
+
+async def arecord_owner(store: BaseStore, thread_id: str, user_id: str) -> None:
+    """Async :func:`record_owner`."""
+    await store.aput(thread_meta(thread_id), OWNER_KEY, {"user_id": user_id}, index=False)
