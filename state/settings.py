@@ -21,6 +21,7 @@ def _is_int(value: object) -> bool:
 
 
 def _require_int(name: str, value: object, *, minimum: int, example: int) -> None:
+    example = max(example, minimum)  # the suggested value must satisfy the rule itself
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise SettingsError(
             f"Settings.{name} must be a whole number of at least {minimum} "

@@ -2,24 +2,62 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import signal
 import sys
-from collections.abc import Iterable
-from contextlib import ExitStack
-from typing import TextIO
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from types import FrameType
+from typing import BinaryIO, TextIO
 
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ctxgraph.graph.builder import Graph
-from ctxgraph.graph.cli.render import LINE_CHARS, plural, transcript_lines
-from ctxgraph.graph.cli.turns import stream_turn
+from ctxgraph.graph.cli.input import InputError, check_message, expand_stdin, message_limit
+from ctxgraph.graph.cli.render import LINE_CHARS, escape_control, plural, transcript_lines
+from ctxgraph.graph.cli.threads import check_owner
+from ctxgraph.graph.cli.turns import TurnInterruptedError, stream_turn
 from ctxgraph.graph.environment import EnvironmentConfig
 from ctxgraph.state.context import Context
-from ctxgraph.store.persistence.connection import open_persistence
+from ctxgraph.state.model_errors import report_endpoint_error
+from ctxgraph.store.persistence.connection import Persistence, open_persistence
 from ctxgraph.store.persistence.thread_lock import DEFAULT_WAIT, thread_lock
 
 EXIT_COMMANDS = {"/exit", "/quit"}
 RESUME_TAIL = 6
+
+SIGINT_EXIT = 130
+"""Exit status of ``run`` stopped by SIGINT (Ctrl-C): 128 + 2."""
+
+SIGTERM_EXIT = 143
+"""Exit status of ``run`` and ``chat`` stopped by SIGTERM: 128 + 15."""
+
+INTERRUPTED_NOTE = "[interrupted: the partial answer is not kept; your message is]"
+"""What ``chat`` and ``run`` print when a turn is interrupted."""
+
+
+class TerminatedError(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C, so a turn stops the same way."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise TerminatedError
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises ``TerminatedError`` (only in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _config(thread_id: str) -> RunnableConfig:
@@ -34,6 +72,8 @@ def run_turns(
     out: TextIO,
     interactive: bool,
     wait: float = DEFAULT_WAIT,
+    stdin: BinaryIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """Run each text as one turn on ``thread_id``; in interactive mode, read turns from stdin.
 
@@ -41,52 +81,199 @@ def run_turns(
     thread for all its turns, so they stay together and a busy thread leaves nothing
     written; ``chat`` holds it for each turn, so two chats on one thread take turns.
     Either raises ``ThreadBusyError`` when another run keeps the thread past ``wait``.
+
+    ``run`` reads the argument ``-`` as one message from ``stdin`` (default: the process's
+    standard input) and checks every message before it writes anything: text that cannot
+    be encoded, or a message over the model's input window, raises ``InputError``. ``chat``
+    prints that error on ``err`` and asks again.
+
+    Ctrl-C during a turn stops it at once: the user's message stays, the partial answer is
+    dropped (see ``turns``). ``chat`` then asks for the next message; ``run`` returns 130.
+    SIGTERM returns 143 from either.
     """
     configured = EnvironmentConfig.read(os.environ)
+    limit = message_limit(configured)
+    if not interactive:
+        texts = expand_stdin(list(texts), stdin or sys.stdin.buffer)
+        for number, text in enumerate(texts, start=1):
+            check_message(text, limit, label=f"message {number}")
+    with _sigterm_as_interrupt():
+        status, abandoned = _run_session(
+            texts, configured, limit, context, thread_id, out, err or sys.stderr, interactive, wait
+        )
+    if abandoned is not None and abandoned.is_alive():
+        _exit_now(status, abandoned)
+    return status
+
+
+def _run_session(
+    texts: Iterable[str],
+    configured: EnvironmentConfig,
+    limit: tuple[int, str],
+    context: Context,
+    thread_id: str,
+    out: TextIO,
+    err: TextIO,
+    interactive: bool,
+    wait: float,
+) -> tuple[int, threading.Thread | None]:
+    """Open the database and run the turns; the exit status and any abandoned run."""
     with open_persistence() as persistence:
         graph = configured.build(checkpointer=persistence.checkpointer, store=persistence.store)
         config = _config(thread_id)
-        with ExitStack() as whole_run:
-            if not interactive:
-                whole_run.enter_context(thread_lock(persistence, thread_id, wait=wait))
-            # In chat this read is not under the lock: it reads the latest checkpoint in
-            # one statement, only to show it, and each turn then starts from whatever
-            # checkpoint is latest once it holds the lock.
-            _show_resume(graph, config, thread_id, out, interactive=interactive)
-            for text in texts:
-                if text.strip() in EXIT_COMMANDS:
-                    break
-                if not text.strip():
-                    continue
+        session = _Session(graph, thread_id, context, out, interactive=interactive)
+        try:
+            with ExitStack() as whole_run:
                 if not interactive:
-                    out.write(f"you: {text}\n")
-                    stream_turn(graph, text, config=config, context=context, out=out)
-                    continue
-                with thread_lock(persistence, thread_id, wait=wait):
-                    stream_turn(graph, text, config=config, context=context, out=out)
-    return 0
+                    whole_run.enter_context(thread_lock(persistence, thread_id, wait=wait))
+                # In chat this read is not under the lock: it reads the latest checkpoint in
+                # one statement, only to show it, and each turn then starts from whatever
+                # checkpoint is latest once it holds the lock.
+                # Another user's thread is refused before its messages are shown.
+                check_owner(persistence, thread_id, context.user_id)
+                _show_resume(persistence, config, thread_id, out, interactive=interactive)
+                for text in texts:
+                    if text.strip() in EXIT_COMMANDS:
+                        break
+                    if not text.strip():
+                        continue
+                    if not interactive:
+                        out.write(f"you: {escape_control(text)}\n")
+                        session.turn(text)
+                        continue
+                    try:
+                        check_message(text, limit)
+                    except InputError as error:
+                        err.write(f"ctxgraph: {error}\n")
+                        continue
+                    with thread_lock(persistence, thread_id, wait=wait):
+                        try:
+                            answered = session.turn(text)
+                        except Exception as error:  # a model endpoint failed: one line, go on
+                            if not report_endpoint_error(error, err):
+                                raise
+                            continue
+                        if not answered:
+                            out.write(INTERRUPTED_NOTE + "\n")
+        except TurnInterruptedError as interrupted:
+            out.write(INTERRUPTED_NOTE + "\n")
+            out.flush()
+            terminated = isinstance(interrupted.cause, TerminatedError)
+            return (SIGTERM_EXIT if terminated else SIGINT_EXIT), interrupted.worker
+        except KeyboardInterrupt as stopped:  # at the prompt, or between turns
+            out.write("\n")
+            out.flush()
+            status = SIGTERM_EXIT if isinstance(stopped, TerminatedError) else SIGINT_EXIT
+            return status, session.abandoned
+    return 0, session.abandoned
+
+
+EXIT_GRACE = 0.3
+"""Seconds an abandoned run may take to stop before the process exits without it."""
+
+
+def _exit_now(status: int, abandoned: threading.Thread) -> None:
+    """End the process with ``status`` even though an abandoned run is still in a model call.
+
+    The run's model call sits in a worker pool that the interpreter would wait for at exit,
+    until the model answers. Its node can no longer write (see ``turns``) and everything
+    written so far is committed, so after a short grace the process runs its exit handlers
+    (which leave the embedded Postgres) and exits at once.
+    """
+    abandoned.join(EXIT_GRACE)
+    if not abandoned.is_alive():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(status)
+
+
+class _Session:
+    """Runs turns one after another, waiting for an interrupted turn's run to end first."""
+
+    def __init__(
+        self, graph: Graph, thread_id: str, context: Context, out: TextIO, *, interactive: bool
+    ) -> None:
+        self._graph = graph
+        self._config = _config(thread_id)
+        self._context = context
+        self._out = out
+        self._interactive = interactive
+        self._abandoned: threading.Thread | None = None
+
+    @property
+    def abandoned(self) -> threading.Thread | None:
+        """The run of the last interrupted turn, when no turn has started since."""
+        return self._abandoned
+
+    def turn(self, text: str) -> bool:
+        """Run one turn; False when Ctrl-C interrupted it in ``chat`` (``chat`` goes on).
+
+        In ``run``, and for SIGTERM, the interruption is raised as ``TurnInterruptedError``.
+        """
+        if self._abandoned is not None:
+            # The abandoned run stops at its next model token or node event; its model
+            # node then fails, so it writes no answer, but it must be over before the next
+            # turn starts from the latest checkpoint.
+            self._abandoned.join(EXIT_GRACE)
+            if self._abandoned.is_alive():
+                self._out.write("(waiting for the interrupted turn's model call to stop)\n")
+                self._out.flush()
+                self._abandoned.join()
+            self._abandoned = None
+        try:
+            stream_turn(
+                self._graph, text, config=self._config, context=self._context, out=self._out
+            )
+        except TurnInterruptedError as interrupted:
+            self._abandoned = interrupted.worker
+            if isinstance(interrupted.cause, TerminatedError) or not self._interactive:
+                raise
+            self._out.write("\n")
+            return False
+        return True
 
 
 def _show_resume(
-    graph: Graph, config: RunnableConfig, thread_id: str, out: TextIO, *, interactive: bool
+    persistence: Persistence,
+    config: RunnableConfig,
+    thread_id: str,
+    out: TextIO,
+    *,
+    interactive: bool,
 ) -> None:
-    """Say whether the thread is new, or show the last messages of the resumed thread."""
-    existing = graph.get_state(config).values.get("messages", [])
+    """Say whether the thread is new, or show the last messages of the resumed thread.
+
+    It reads the latest checkpoint as ``threads show`` does, without the pending writes
+    of a run that stopped part-way: the next turn starts from that checkpoint too, and
+    drops those writes.
+    """
+    saved = persistence.checkpointer.get_tuple(config)
+    values = saved.checkpoint["channel_values"] if saved is not None else {}
+    existing = [m for m in values.get("messages", []) if isinstance(m, BaseMessage)]
     if existing:
         start = max(0, len(existing) - RESUME_TAIL)
         shown = len(existing) - start
         last = "Last message" if shown == 1 else f"Last {shown} messages"
-        out.write(f"Resuming thread {thread_id} ({plural(len(existing), 'message')}). {last}:\n")
+        name = escape_control(thread_id)
+        out.write(f"Resuming thread {name} ({plural(len(existing), 'message')}). {last}:\n")
         tail = transcript_lines(existing[start:], start=start + 1, clip=LINE_CHARS)
         out.write("\n".join(tail) + "\n")
     elif interactive:
-        out.write(f"New thread {thread_id}.\n")
+        out.write(f"New thread {escape_control(thread_id)}.\n")
     if interactive:
         out.write("Type a message; /exit or end of input quits.\n")
 
 
 def prompt_lines(prompt: str, out: TextIO) -> Iterable[str]:
-    """Read lines from the terminal until end of input."""
+    """Read lines from the terminal until end of input.
+
+    Undecodable bytes are kept as lone surrogates, so the turn's check names their position
+    instead of the read failing.
+    """
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")
     while True:
         out.write(prompt)
         out.flush()
@@ -96,5 +283,5 @@ def prompt_lines(prompt: str, out: TextIO) -> Iterable[str]:
             out.write("\n")
             return
         if not sys.stdin.isatty():
-            out.write(line + "\n")  # piped input is not echoed by a terminal
+            out.write(escape_control(line) + "\n")  # piped input is not echoed by a terminal
         yield line

@@ -21,13 +21,22 @@ USER_ERROR_EXIT = 2
 THREAD_BUSY_EXIT = 3
 """Exit status of ``chat`` and ``run`` when another run kept the thread past ``--wait``."""
 
+MODEL_ERROR_EXIT = 4
+"""Exit status when a model endpoint fails (refused, DNS, TLS, HTTP error, timeout)."""
+
+DEBUG_VARIABLE = "CTXGRAPH_DEBUG"
+"""Environment variable that, set to 1, shows tracebacks as ``--debug`` does."""
+
 WAIT_VARIABLE = "CTXGRAPH_THREAD_WAIT"
 """Environment variable with the default of ``--wait``."""
 
 EXIT_STATUSES = (
     "exit status: 0 success; 1 a failure the command reports (threads verify: broken); "
     f"{USER_ERROR_EXIT} a user error (one line on stderr); {THREAD_BUSY_EXIT} (chat, run) "
-    "another run kept the thread busy for --wait seconds, and the waiting turn wrote nothing"
+    "another run kept the thread busy for --wait seconds, and the waiting turn wrote nothing; "
+    f"{MODEL_ERROR_EXIT} a model endpoint failed (one line naming the role, endpoint and "
+    "cause; --debug or CTXGRAPH_DEBUG=1 shows the traceback); 130 interrupted (Ctrl-C); "
+    "143 terminated (SIGTERM)"
 )
 
 
@@ -157,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_STATUSES,
         formatter_class=_help_formatter,
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"show the traceback of an error reported in one line (or set {DEBUG_VARIABLE}=1)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = _command(commands, "chat", "interactive chat on a persistent thread")
@@ -166,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = _command(commands, "run", "run the given messages as turns, then exit")
     _identity_arguments(run)
     _wait_argument(run, "the turns")
-    run.add_argument("messages", nargs="+", help="one turn per argument")
+    run.add_argument(
+        "messages", nargs="+", help="one turn per argument; - reads one message from stdin"
+    )
 
     demo = _command(commands, "demo", "offline demo on the embedded Postgres")
     demo.add_argument("--user", default="demo-user")
@@ -186,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify = _command(thread_commands, "verify", "recompute a thread's checksums and hash chain")
     verify.add_argument("thread")
+    for command in (show, verify):
+        command.add_argument(
+            "--user",
+            default=None,
+            help="refuse the thread unless this user owns it (default: no owner check)",
+        )
 
     _memory_parser(commands)
     return parser
@@ -231,7 +253,9 @@ def _process_left_over_memory() -> None:
 
 def _chat(args: argparse.Namespace) -> int:
     from ctxgraph.graph.cli.chat import prompt_lines, run_turns
+    from ctxgraph.state.context import validate_thread_id
 
+    validate_thread_id(args.thread)  # before anything is read, written or asked of a model
     wait = thread_wait(args.wait, os.environ)
     context = _context(args)
     _process_left_over_memory()
@@ -248,10 +272,13 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _threads(args: argparse.Namespace) -> int:
-    from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
+    from ctxgraph.graph.cli.threads import check_owner, show_thread, verify_thread_command
+    from ctxgraph.state.context import validate_thread_id
     from ctxgraph.store.persistence.connection import open_persistence
 
+    validate_thread_id(args.thread)  # before the database is opened
     with open_persistence() as persistence:
+        check_owner(persistence, args.thread, args.user)
         if args.threads_command == "verify":
             return verify_thread_command(persistence, args.thread, sys.stdout)
         show_thread(persistence, args.thread, sys.stdout, with_summary=args.summary)
@@ -263,7 +290,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _chat(args)
     if args.command == "demo":
         from ctxgraph.graph.cli.demo import run_demo
+        from ctxgraph.state.context import validate_thread_id
 
+        if args.thread is not None:
+            validate_thread_id(args.thread)
         return run_demo(sys.stdout, user=args.user, thread_id=args.thread)
     if args.command == "memory":
         return _memory(args)
@@ -275,24 +305,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # `--help` and usage errors exit here
     import logging
 
+    if args.debug:
+        os.environ[DEBUG_VARIABLE] = "1"  # also read where chat reports a failed turn
+    debug = os.environ.get(DEBUG_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
     logging.basicConfig(level=logging.WARNING, format="ctxgraph: %(message)s")
+    if debug:
+        logging.getLogger("ctxgraph").setLevel(logging.DEBUG)
     try:
-        return _dispatch(args)
+        from ctxgraph.store.persistence.connection import database_errors
+
+        with database_errors():  # a database fault mid-command becomes one line
+            return _dispatch(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader (e.g. `| head`) stopped reading
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
     except Exception as error:
-        status = _exit_status(error)
-        if status is None:
+        reported = _reported(error)
+        if reported is None:
             raise
-        print(f"ctxgraph: {error}", file=sys.stderr)
+        status, line = reported
+        if debug:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        print(f"ctxgraph: {line}", file=sys.stderr)
         return status
 
 
+def _reported(error: Exception) -> tuple[int, str] | None:
+    """The exit status and line of an error reported as one line, or None for a traceback."""
+    status = _exit_status(error)
+    if status is not None:
+        return status, str(error)
+    from ctxgraph.state.model_errors import endpoint_error, is_endpoint_error
+
+    if is_endpoint_error(error):
+        # Summary and memory calls do not fail a turn, so a failure that ends the command
+        # is the main model's, or the embedding model's (named by its request's path).
+        return MODEL_ERROR_EXIT, str(endpoint_error(error, "main"))
+    return None
+
+
 def _exit_status(error: Exception) -> int | None:
-    """The exit status of an error reported as one line, or None for a traceback."""
+    """The exit status of an error reported as its message, or None."""
     if isinstance(error, _user_errors()):
         return USER_ERROR_EXIT
     from ctxgraph.store.persistence.thread_lock import ThreadBusyError

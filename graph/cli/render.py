@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -13,6 +14,23 @@ from ctxgraph.store.persistence.archive import TAMPERED
 PREVIEW_CHARS = 300
 LINE_CHARS = 100
 """Longest message text in a one-line-per-message preview (resume and demo listings)."""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters (C0 but tab and newline, DEL, C1): ESC starts every ANSI sequence."""
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def escape_control(text: str) -> str:
+    r"""``text`` with control characters shown as ``\xNN``, so the terminal does not act on them.
+
+    Newlines and tabs stay as they are; a carriage return, an escape (and so any ANSI
+    escape sequence), a bell or a backspace is printed as its visible escape, e.g. ``\x1b``.
+    """
+    return _CONTROL.sub(_escaped, text)
 
 
 def plural(count: int, noun: str) -> str:
@@ -38,21 +56,22 @@ def tampered_marker_line(version: int, reason: str) -> str:
 
 
 def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(escape_control(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def tool_call_line(name: str, args: object, call_id: str | None) -> str:
     """One line announcing a tool call."""
     shown = json.dumps(args, ensure_ascii=False, sort_keys=True)
-    return f"  → {name}({_clip(shown, 200)}) [{call_id}]"
+    return f"  → {escape_control(name)}({_clip(shown, 200)}) [{escape_control(str(call_id))}]"
 
 
 def tool_result_line(message: ToolMessage) -> str:
     """One line showing a tool's result (or its error)."""
     status = " ERROR" if message.status == "error" else ""
-    name = message.name or "tool"
-    return f"  ←{status} {name} [{message.tool_call_id}]: {_clip(content_text(message), 200)}"
+    name = escape_control(message.name or "tool")
+    call_id = escape_control(message.tool_call_id)
+    return f"  ←{status} {name} [{call_id}]: {_clip(content_text(message), 200)}"
 
 
 def transcript_lines(
@@ -67,7 +86,7 @@ def transcript_lines(
 
     def text_of(message: BaseMessage) -> str:
         text = content_text(message)
-        return text if clip is None else _clip(text, clip)
+        return escape_control(text) if clip is None else _clip(text, clip)
 
     for number, message in enumerate(messages, start=start):
         if isinstance(message, HumanMessage):

@@ -9,12 +9,15 @@ from langchain_core.messages import BaseMessage
 
 from ctxgraph.graph.cli.render import (
     archive_marker_line,
+    escape_control,
     plural,
     tampered_marker_line,
     transcript_lines,
 )
 from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
+from ctxgraph.state.context import validate_label, validate_thread_id
+from ctxgraph.store.ownership import check_thread_owner, thread_owner
 from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
     ThreadArchive,
@@ -46,6 +49,23 @@ class SavedThread:
     versions: list[int] = field(default_factory=list)
     """The Store version of each record of ``archive``."""
     prepared: list[tuple[int, ArchiveRecord]] = field(default_factory=list)
+
+
+def check_owner(persistence: Persistence, thread_id: str, user_id: str | None) -> str:
+    """Check ``thread_id`` and that ``user_id`` may read it, before the thread is read.
+
+    Returns the thread id. Raises ``ContextError`` for a thread id or user id that breaks
+    the id rules, and ``ThreadOwnerError`` (a ``ContextError``) when the thread belongs to
+    another user. Without a ``user_id`` (no ``--user``) only the thread id is checked: the
+    command line reads the database directly, so an operator who can open it may read
+    any thread. A thread with no recorded owner (saved before owners were recorded) can
+    be read by anyone.
+    """
+    validate_thread_id(thread_id)
+    if user_id is not None:
+        validate_label("--user", user_id)
+        check_thread_owner(thread_owner(persistence.store, thread_id), thread_id, user_id)
+    return thread_id
 
 
 def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
@@ -85,6 +105,7 @@ def show_thread(
     each message to one line of at most that many characters.
     """
     thread = load_thread(persistence, thread_id)
+    thread_id = escape_control(thread_id)
     versioned = list(zip(thread.versions, thread.archive, strict=True))
     modified = tampered_versions(versioned, thread.mark)
     folded = {version: _readable(record) for version, record in versioned}
@@ -112,7 +133,7 @@ def show_thread(
     if thread.window:
         out.write("\n".join(transcript_lines(thread.window, start=number, clip=clip)) + "\n")
     if with_summary:
-        out.write("\n" + summary_text(thread) + "\n")
+        out.write("\n" + escape_control(summary_text(thread)) + "\n")
 
 
 def _readable(record: ArchiveRecord) -> list[BaseMessage] | None:

@@ -1,0 +1,73 @@
+"""Checks on the text a person gives ``chat`` and ``run``, made before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import BinaryIO
+
+from ctxgraph.graph.cli.main import OptionError
+from ctxgraph.graph.environment import EnvironmentConfig
+from ctxgraph.state.messages import unencodable_position
+from ctxgraph.state.models import input_window
+from ctxgraph.state.tokens import count_text
+
+STDIN_ARGUMENT = "-"
+"""The ``run`` argument that stands for one message read from standard input."""
+
+
+class InputError(OptionError):
+    """A message cannot be sent: it cannot be encoded, or it is larger than the model's input.
+
+    A subclass of ``OptionError``, so the command line reports it as one line with exit
+    status 2.
+    """
+
+
+def read_stdin_message(stream: BinaryIO) -> str:
+    """The whole of ``stream`` as one message, UTF-8 with undecodable bytes kept as surrogates.
+
+    Undecodable bytes become lone surrogates, which ``check_message`` then names by position.
+    """
+    return stream.read().decode("utf-8", errors="surrogateescape")
+
+
+def expand_stdin(texts: Sequence[str], stdin: BinaryIO) -> list[str]:
+    """``texts`` with the argument ``-`` replaced by the message read from standard input."""
+    if texts.count(STDIN_ARGUMENT) > 1:
+        raise InputError("'-' (read the message from standard input) may be given only once")
+    if STDIN_ARGUMENT not in texts:
+        return list(texts)
+    message = read_stdin_message(stdin)
+    return [message if text == STDIN_ARGUMENT else text for text in texts]
+
+
+def message_limit(config: EnvironmentConfig) -> tuple[int, str]:
+    """The most tokens one message may have, and where that limit comes from.
+
+    The main model's input window (as the provider reports it, else ``context_window``,
+    ``CTXGRAPH_CONTEXT_WINDOW``); when it is unknown, ``trigger_tokens``, since a message
+    above it could not be compacted away.
+    """
+    window = input_window(config.models.main, config.settings.context_window)
+    if window is not None:
+        return window, "the model's input window"
+    return config.settings.trigger_tokens, "trigger_tokens (the model's input window is unknown)"
+
+
+def check_message(text: str, limit: tuple[int, str], *, label: str = "the message") -> None:
+    """Raise ``InputError`` when ``text`` cannot be encoded or has more tokens than the limit."""
+    position = unencodable_position(text)
+    if position is not None:
+        code = ord(text[position])
+        raise InputError(
+            f"{label} cannot be encoded as UTF-8: character {position + 1} is a lone "
+            f"surrogate (U+{code:04X}), as from undecodable bytes; nothing was written"
+        )
+    tokens, source = limit
+    if len(text.encode("utf-8")) > tokens:  # every token is at least one byte
+        size = count_text(text)
+        if size > tokens:
+            raise InputError(
+                f"{label} is {size} tokens ({len(text)} characters), over {source} of "
+                f"{tokens} tokens; nothing was written"
+            )

@@ -1,0 +1,295 @@
+"""Ctrl-C and SIGTERM during a turn, on the real command line against a slow model server.
+
+An interrupted turn keeps the user's message and drops the partial answer: ``threads
+show``, a resumed ``chat`` and the next turn's model request all see the same messages.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ctxgraph.graph.cli.chat import INTERRUPTED_NOTE, SIGINT_EXIT, SIGTERM_EXIT
+from tests.support.cli import REPO_ROOT, run_ctxgraph
+from tests.support.slow_server import SlowReply, SlowServer
+
+SLOW = SlowReply(tuple(f"partial{i}" for i in range(60)), delay=0.25)
+"""A 15-second answer, interrupted after its first words."""
+
+FAST = SlowReply(("second", "answer"))
+PROMPT = "you: "
+LIMIT = 1.0
+"""Seconds within which an interrupted turn must be over."""
+
+
+@pytest.fixture
+def server() -> Iterator[SlowServer]:
+    """A model server whose first answer is slow and every later one is quick."""
+    with SlowServer(SLOW, FAST) as running:
+        yield running
+
+
+@pytest.fixture
+def model_env(subprocess_env: dict[str, str], server: SlowServer) -> dict[str, str]:
+    """The child environment, with the slow server as the model and memory turned off."""
+    env = dict(subprocess_env)
+    env.update(
+        {
+            "CTXGRAPH_MODEL": "slow-model",
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "CTXGRAPH_MEMORY_EXTRACTION": "off",
+            "CTXGRAPH_MEMORY_MODE": "off",
+            "CTXGRAPH_MAX_RETRIES": "0",
+        }
+    )
+    return env
+
+
+class Child:
+    """A ``ctxgraph`` child process whose standard output is collected as it arrives."""
+
+    def __init__(self, python: str, env: dict[str, str], *args: str) -> None:
+        self.process = subprocess.Popen(
+            [python, "-m", "ctxgraph.graph.cli", *args],
+            env=env,
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.output = ""
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        while chunk := self.process.stdout.read(1):
+            with self._lock:
+                self.output += chunk
+
+    def wait_for(self, text: str, *, after: int = 0, timeout: float = 60.0) -> float:
+        """Wait until ``text`` appears in the output past index ``after``; return the time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if text in self.output[after:]:
+                    return time.monotonic()
+            time.sleep(0.01)
+        self.process.kill()
+        raise AssertionError(f"{text!r} did not appear; output so far:\n{self.output}")
+
+    def send(self, line: str) -> None:
+        """Type one line."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def finish(self, timeout: float = 60.0) -> tuple[int, str, str]:
+        """End input and wait for the exit: status, standard output and error."""
+        assert self.process.stdin is not None and self.process.stderr is not None
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+        status = self.process.wait(timeout)
+        self._reader.join(timeout)
+        return status, self.output, self.process.stderr.read()
+
+
+def _show(python: str, env: dict[str, str], thread_id: str) -> str:
+    shown = run_ctxgraph(python, env, "threads", "show", thread_id)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def _chat_messages(body: dict[str, object]) -> list[tuple[str, str]]:
+    """(role, content) of the conversation part of a request (no system message)."""
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    return [(m["role"], str(m.get("content") or "")) for m in messages if m["role"] != "system"]
+
+
+def test_ctrl_c_in_chat_returns_to_the_prompt_and_the_views_agree(
+    python: str, model_env: dict[str, str], server: SlowServer, thread_id: str
+) -> None:
+    chat = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
+    chat.wait_for(PROMPT)
+    chat.send("first question")
+    chat.wait_for("partial2")
+    mark = len(chat.output)
+    sent = time.monotonic()
+    chat.process.send_signal(signal.SIGINT)
+    back = chat.wait_for(PROMPT, after=mark, timeout=10)
+    assert back - sent < LIMIT, f"back at the prompt after {back - sent:.2f} s"
+    assert INTERRUPTED_NOTE in chat.output[mark:]
+    chat.send("second question")
+    chat.wait_for("assistant: second answer", after=mark)
+    status, output, errors = chat.finish()
+    assert status == 0, errors
+    assert "Traceback" not in errors
+    assert "partial59" not in output  # the slow answer was not streamed to its end
+
+    # The abandoned stream was cut off; the next turn's request has both user messages
+    # once and no trace of the dropped partial answer.
+    assert server.finished == 1
+    assert len(server.requests) == 2
+    assert _chat_messages(server.requests[1]) == [
+        ("user", "first question"),
+        ("user", "second question"),
+    ]
+
+    shown = _show(python, model_env, thread_id)
+    assert f"thread {thread_id}: 3 messages" in shown
+    assert "[1] user: first question" in shown
+    assert "[2] user: second question" in shown
+    assert "[3] assistant: second answer" in shown
+    assert "partial" not in shown
+
+    resumed = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
+    status, output, errors = resumed.finish()
+    assert status == 0, errors
+    assert f"Resuming thread {thread_id} (3 messages). Last 3 messages:" in output
+    for line in shown.splitlines()[1:]:
+        assert line in output
+
+
+def test_ctrl_c_then_end_of_input_keeps_only_the_user_message(
+    python: str, model_env: dict[str, str], server: SlowServer, thread_id: str
+) -> None:
+    chat = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
+    chat.wait_for(PROMPT)
+    chat.send("only question")
+    chat.wait_for("partial1")
+    mark = len(chat.output)
+    chat.process.send_signal(signal.SIGINT)
+    chat.wait_for(PROMPT, after=mark, timeout=10)
+    started = time.monotonic()
+    status, _, errors = chat.finish()
+    assert status == 0, errors
+    assert time.monotonic() - started < 5
+    shown = _show(python, model_env, thread_id)
+    assert f"thread {thread_id}: 1 message\n[1] user: only question\n" == shown
+    resumed = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
+    _, output, _ = resumed.finish()
+    assert "(1 message). Last message:\n[1] user: only question\n" in output
+
+
+def test_second_ctrl_c_at_the_prompt_exits(
+    python: str, model_env: dict[str, str], thread_id: str
+) -> None:
+    chat = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
+    chat.wait_for(PROMPT)
+    chat.send("a question")
+    chat.wait_for("partial1")
+    mark = len(chat.output)
+    chat.process.send_signal(signal.SIGINT)
+    chat.wait_for(PROMPT, after=mark, timeout=10)
+    sent = time.monotonic()
+    chat.process.send_signal(signal.SIGINT)
+    status = chat.process.wait(10)
+    assert time.monotonic() - sent < LIMIT + 1
+    assert status == SIGINT_EXIT
+
+
+@pytest.mark.parametrize(
+    ("signum", "expected"), [(signal.SIGINT, SIGINT_EXIT), (signal.SIGTERM, SIGTERM_EXIT)]
+)
+def test_run_stops_within_a_second_on_a_signal(
+    python: str,
+    model_env: dict[str, str],
+    server: SlowServer,
+    thread_id: str,
+    signum: signal.Signals,
+    expected: int,
+) -> None:
+    run = Child(python, model_env, "run", "--user", "u1", "--thread", thread_id, "the question")
+    run.wait_for("partial1")
+    sent = time.monotonic()
+    run.process.send_signal(signum)
+    status = run.process.wait(10)
+    took = time.monotonic() - sent
+    _, output, errors = run.finish()
+    assert status == expected, errors
+    assert took < LIMIT, f"exited {took:.2f} s after the signal"
+    assert INTERRUPTED_NOTE in output
+    assert "Traceback" not in errors
+    shown = _show(python, model_env, thread_id)
+    assert shown == f"thread {thread_id}: 1 message\n[1] user: the question\n"
+    assert server.finished == 0
+
+
+def test_run_stops_within_a_second_while_the_model_is_silent(
+    python: str, subprocess_env: dict[str, str], thread_id: str
+) -> None:
+    with SlowServer(SlowReply(("late",), pause=30.0)) as silent:
+        env = dict(subprocess_env)
+        env.update(
+            {
+                "CTXGRAPH_MODEL": "slow-model",
+                "OPENAI_BASE_URL": silent.base_url,
+                "OPENAI_API_KEY": "test-key",
+                "CTXGRAPH_MEMORY_EXTRACTION": "off",
+                "CTXGRAPH_MEMORY_MODE": "off",
+            }
+        )
+        run = Child(python, env, "run", "--user", "u1", "--thread", thread_id, "a question")
+        deadline = time.monotonic() + 60
+        while not silent.requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert silent.requests, "the model was never called"
+        time.sleep(0.2)
+        sent = time.monotonic()
+        run.process.send_signal(signal.SIGINT)
+        status = run.process.wait(10)
+        took = time.monotonic() - sent
+        _, output, errors = run.finish()
+        assert status == SIGINT_EXIT, errors
+        assert took < LIMIT, f"exited {took:.2f} s after the signal"
+        assert INTERRUPTED_NOTE in output
+        shown = _show(python, env, thread_id)
+        assert shown == f"thread {thread_id}: 1 message\n[1] user: a question\n"
+
+
+def test_chat_interrupted_while_the_model_is_silent_waits_before_the_next_turn(
+    python: str, subprocess_env: dict[str, str], thread_id: str
+) -> None:
+    with SlowServer(SlowReply(("late", "answer"), pause=3.0), FAST) as silent:
+        env = dict(subprocess_env)
+        env.update(
+            {
+                "CTXGRAPH_MODEL": "slow-model",
+                "OPENAI_BASE_URL": silent.base_url,
+                "OPENAI_API_KEY": "test-key",
+                "CTXGRAPH_MEMORY_EXTRACTION": "off",
+                "CTXGRAPH_MEMORY_MODE": "off",
+            }
+        )
+        chat = Child(python, env, "chat", "--user", "u1", "--thread", thread_id)
+        chat.wait_for(PROMPT)
+        chat.send("first question")
+        deadline = time.monotonic() + 60
+        while not silent.requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+        mark = len(chat.output)
+        sent = time.monotonic()
+        chat.process.send_signal(signal.SIGINT)
+        back = chat.wait_for(PROMPT, after=mark, timeout=10)
+        assert back - sent < LIMIT
+        chat.send("second question")
+        chat.wait_for("waiting for the interrupted turn's model call to stop", after=mark)
+        chat.wait_for("assistant: second answer", after=mark)
+        status, output, errors = chat.finish()
+        assert status == 0, errors
+        assert "late" not in output
+        assert _chat_messages(silent.requests[1]) == [
+            ("user", "first question"),
+            ("user", "second question"),
+        ]
+        shown = _show(python, env, thread_id)
+        assert "[3] assistant: second answer" in shown and "late" not in shown
