@@ -100,3 +100,53 @@ def test_server_killed_under_a_client_recovers_quietly(
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert wait_until_gone(pgdata) == []
+
+
+def test_a_server_shut_down_mid_turn_ends_the_run_in_one_line_and_the_next_run_recovers(
+    python: str, subprocess_env: dict[str, str], ctxgraph_home: Path
+) -> None:
+    """The embedded server is stopped while the model streams; the run's next write fails."""
+    from tests.support.slow_server import SlowReply, SlowServer
+
+    env = {k: v for k, v in subprocess_env.items() if k != "DATABASE_URI"}
+    pgdata = ctxgraph_home / "pgdata"
+    slow = SlowReply(tuple(f"word{i}" for i in range(12)), delay=0.25)
+    with SlowServer(slow, SlowReply(("back", "again"))) as server:
+        env.update(
+            {
+                "CTXGRAPH_HOME": str(ctxgraph_home),
+                "CTXGRAPH_MODEL": "slow-model",
+                "OPENAI_BASE_URL": server.base_url,
+                "OPENAI_API_KEY": "test-key",
+                "CTXGRAPH_MEMORY_EXTRACTION": "off",
+                "CTXGRAPH_MEMORY_MODE": "off",
+                "CTXGRAPH_MAX_RETRIES": "0",
+            }
+        )
+        child = subprocess.Popen(
+            [python, "-m", "ctxgraph.graph.cli", "run", "--user", "u", "--thread", "t", "hi"],
+            env=env,
+            cwd=str(Path(__file__).resolve().parent.parent),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        # The answer has started streaming: the turn's input is saved, its answer is not.
+        seen = ""
+        while "word1" not in seen:
+            char = child.stdout.read(1)
+            assert char, (seen, child.communicate(timeout=60))
+            seen += char
+        os.kill(postmaster_pid(pgdata), signal.SIGINT)  # a fast shutdown, as an admin would
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 2, (out, err)
+        assert "Traceback" not in err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("ctxgraph: cannot use the database"), err
+
+        again = run_ctxgraph(python, env, "run", "--user", "u", "--thread", "t", "once more")
+        assert again.returncode == 0, again.stderr
+        assert "Traceback" not in again.stderr
+        assert "back again" in again.stdout
+    assert wait_until_gone(pgdata) == []

@@ -311,6 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="ctxgraph: %(message)s")
     if debug:
         logging.getLogger("ctxgraph").setLevel(logging.DEBUG)
+    else:
+        # psycopg warns about connections it drops while a broken one is cleaned up; the
+        # command reports the database fault itself, in one line.
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
     try:
         from ctxgraph.store.persistence.connection import database_errors
 

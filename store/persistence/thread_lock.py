@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -31,7 +32,12 @@ from ctxgraph.store.persistence.advisory import (
     try_lock_until,
     unlock,
 )
-from ctxgraph.store.persistence.connection import AsyncPersistence, Persistence, unreachable
+from ctxgraph.store.persistence.connection import (
+    AsyncPersistence,
+    DatabaseError,
+    Persistence,
+    unreachable,
+)
 
 __all__ = [
     "DEFAULT_WAIT",
@@ -70,12 +76,34 @@ def checked_wait(wait: float) -> float:
 
 
 def _lost(thread_id: str, reason: str) -> None:
+    """Warn that the lock was lost, unless the run itself failed on the database.
+
+    When the run is ending with a database error (the server went away), that error is
+    what the caller reports; the lost lock is one more symptom of it and is only logged
+    for debugging.
+    """
+    if _failing_on_the_database(sys.exc_info()[1]):
+        logger.debug(
+            "the lock on thread %s went with the database connection (%s)", thread_id, reason
+        )
+        return
     logger.warning(
         "the lock on thread %s was lost while a run held it (%s); another run may have "
         "written to the thread at the same time",
         thread_id,
         reason,
     )
+
+
+def _failing_on_the_database(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it came from, is a database error."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, psycopg.Error | DatabaseError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @contextmanager
