@@ -7,9 +7,14 @@ command line checks the same item before it reads a thread. Two first runs of on
 thread by different users at the same moment could both find no owner; the command line
 holds the thread lock for a run, so its runs cannot. A thread saved before owners
 were recorded has none: the next run claims it.
+
+An owner, once recorded, never changes, so each process remembers the owners it has read
+or written (per Store object) and asks the Store only about threads it has not seen owned.
 """
 
 from __future__ import annotations
+
+import weakref
 
 from langgraph.store.base import BaseStore
 
@@ -18,6 +23,16 @@ from ctxgraph.store.namespaces import thread_meta
 
 OWNER_KEY = "owner"
 """Key of the owner item in ``thread_meta(thread_id)``."""
+
+
+_known: weakref.WeakKeyDictionary[BaseStore, dict[str, str]] = weakref.WeakKeyDictionary()
+"""Owners this process has read or recorded, per Store; an owner never changes."""
+
+
+def _remember(store: BaseStore, thread_id: str, owner: str | None) -> str | None:
+    if owner is not None:
+        _known.setdefault(store, {})[thread_id] = owner
+    return owner
 
 
 class ThreadOwnerError(ContextError):
@@ -42,14 +57,20 @@ def _refusal(thread_id: str, user_id: str) -> ThreadOwnerError:
 
 def thread_owner(store: BaseStore, thread_id: str) -> str | None:
     """The user id that owns ``thread_id``, or None when no owner is recorded."""
+    known = _known.get(store, {}).get(thread_id)
+    if known is not None:
+        return known
     item = store.get(thread_meta(thread_id), OWNER_KEY)
-    return None if item is None else _owner_of(item.value)
+    return _remember(store, thread_id, None if item is None else _owner_of(item.value))
 
 
 async def athread_owner(store: BaseStore, thread_id: str) -> str | None:
     """Async :func:`thread_owner`."""
+    known = _known.get(store, {}).get(thread_id)
+    if known is not None:
+        return known
     item = await store.aget(thread_meta(thread_id), OWNER_KEY)
-    return None if item is None else _owner_of(item.value)
+    return _remember(store, thread_id, None if item is None else _owner_of(item.value))
 
 
 def check_thread_owner(owner: str | None, thread_id: str, user_id: str) -> None:
@@ -61,8 +82,10 @@ def check_thread_owner(owner: str | None, thread_id: str, user_id: str) -> None:
 def record_owner(store: BaseStore, thread_id: str, user_id: str) -> None:
     """Record ``user_id`` as the owner of ``thread_id`` (call after checking none is)."""
     store.put(thread_meta(thread_id), OWNER_KEY, {"user_id": user_id}, index=False)
+    _remember(store, thread_id, user_id)
 
 
 async def arecord_owner(store: BaseStore, thread_id: str, user_id: str) -> None:
     """Async :func:`record_owner`."""
     await store.aput(thread_meta(thread_id), OWNER_KEY, {"user_id": user_id}, index=False)
+    _remember(store, thread_id, user_id)
