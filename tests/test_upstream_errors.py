@@ -293,3 +293,17 @@ def test_bad_limit_on_the_command_line_is_a_user_error(
     assert one_line(result.stderr) == (
         "ctxgraph: CTXGRAPH_MAX_RETRIES must be a whole number >= 0, got 'many'"
     )
+
+
+def test_a_tls_failure_of_the_main_model_is_one_line(
+    python: str, subprocess_env: dict[str, str], server: OpenAIServer, thread_id: str
+) -> None:
+    # https:// to a server that speaks plain HTTP: the TLS handshake fails locally.
+    secure = server.base_url.replace("http://", "https://", 1)
+    env = model_env(subprocess_env, secure)
+    result = run_ctxgraph(python, env, "run", "--user", "u", "--thread", thread_id, "hi")
+
+    assert result.returncode == MODEL_ERROR_EXIT
+    line = one_line(result.stderr)
+    assert line.startswith(f"ctxgraph: main model '{MODEL}' at {secure}: ")
+    assert "TLS handshake failed" in line
