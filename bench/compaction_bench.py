@@ -52,11 +52,11 @@ from bench.session import (
     peer_summary_responder,
 )
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.request import SUMMARY_MESSAGE_ID
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.demo_model import demo_memory
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.summary import canonical_json
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.persistence.archive import ThreadArchive

@@ -11,9 +11,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.compaction.ledger import render_ledger, render_ledger_within
 from ctxgraph.state import Context, Models, Settings, SettingsError
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter, count_text
 from tests.support.scripted import demo_summarizer, main_requests
 

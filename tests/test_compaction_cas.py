@@ -15,7 +15,6 @@ from langgraph.runtime import Runtime
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import Graph, build_graph
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.compaction.commit import (
     Head,
     checkpoint_head,
@@ -25,6 +24,7 @@ from ctxgraph.nodes.compaction.commit import (
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.request import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.store.persistence.archive import ThreadArchive, verify_thread
 from tests.support.scripted import demo_summarizer

@@ -12,11 +12,11 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph, compile_graph, create_builder
 from ctxgraph.graph.demo import demo_models, demo_tools
-from ctxgraph.graph.scripted_model import ScriptedChatModel, ScriptExhaustedError
 from ctxgraph.nodes.model import RequestTooLargeError
 from ctxgraph.nodes.routing import route_after_model
 from ctxgraph.state import Context, Models, Settings, SettingsError
 from ctxgraph.state.context import ContextError
+from ctxgraph.state.scripted_model import ScriptedChatModel, ScriptExhaustedError
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
 

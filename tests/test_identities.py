@@ -13,10 +13,10 @@ from langgraph.store.memory import InMemoryStore
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.builder import Graph
 from ctxgraph.graph.cli.threads import check_owner
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.context import ContextError, validate_thread_id
 from ctxgraph.state.messages import MalformedMessagesError
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.namespaces import thread_meta
 from ctxgraph.store.ownership import OWNER_KEY, ThreadOwnerError, thread_owner
 from ctxgraph.store.persistence.connection import Persistence

@@ -11,10 +11,10 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.demo import demo_memory, demo_models, demo_reply, demo_tools
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.memory.extract import MEMORY_TAGS, MemoryExtractor
 from ctxgraph.nodes.memory.worker import process_pending
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository
 

@@ -15,11 +15,11 @@ from langchain_core.messages import AIMessage
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph.memory_worker import WorkerStoreError, build_worker_graph
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.memory.extract import MemoryExtractor
 from ctxgraph.nodes.memory.worker import process_pending, worker_from_env
 from ctxgraph.state.context import Context
 from ctxgraph.state.models import ModelConfigError, Models
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.progress import ProcessedMessages
 from ctxgraph.store.memory.queue import MemoryQueue

@@ -22,8 +22,8 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import as_subgraph, build_graph
 from ctxgraph.graph.demo import demo_models, demo_tools
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.state import Context, Settings
+from ctxgraph.state.scripted_model import ScriptedChatModel
 
 CALCULATION = "What is 17 * 23?"
 RECALL = "What did I say before?"

@@ -18,11 +18,11 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import SubgraphSetupError, as_subgraph, build_graph
 from ctxgraph.graph.demo import demo_models, demo_tools
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.graph.subgraph import parent_update, unseen
 from ctxgraph.nodes.compaction.node import CompactionError
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.messages import is_real_user_message
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence.archive import (
     ThreadArchive,
     averify_thread,

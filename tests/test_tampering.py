@@ -16,10 +16,10 @@ from langgraph.prebuilt import ToolRuntime
 from ctxgraph.graph import Graph, build_graph
 from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
 from ctxgraph.graph.demo import demo_chat_reply, demo_models
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.tools.history import read_history
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.messages import message_origin
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.namespaces import thread_archive
 from ctxgraph.store.persistence.archive import (
     TAMPERED,

@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from ctxgraph.graph.demo import demo_summary
-from ctxgraph.graph.scripted_model import ScriptedChatModel
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.state.scripted_model import ScriptedChatModel
 
 MainReply = AIMessage | str | BaseException
 """What a main-model call answers: a reply, plain text, or an error to raise."""
