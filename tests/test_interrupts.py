@@ -115,17 +115,31 @@ def _chat_messages(body: dict[str, object]) -> list[tuple[str, str]]:
     return [(m["role"], str(m.get("content") or "")) for m in messages if m["role"] != "system"]
 
 
-def test_ctrl_c_in_chat_returns_to_the_prompt_and_the_views_agree(
-    python: str, model_env: dict[str, str], server: SlowServer, thread_id: str
-) -> None:
-    chat = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
+def _interrupt_chat(
+    python: str, env: dict[str, str], thread_id: str, question: str, *, streamed: str
+) -> tuple[Child, int, float, float]:
+    """Chat, interrupting the first answer after ``streamed``.
+
+    Returns the child, its output length before the signal, and when the signal was sent
+    and the prompt came back.
+    """
+    chat = Child(python, env, "chat", "--user", "u1", "--thread", thread_id)
     chat.wait_for(PROMPT)
-    chat.send("first question")
-    chat.wait_for("partial2")
+    chat.send(question)
+    chat.wait_for(streamed)
     mark = len(chat.output)
     sent = time.monotonic()
     chat.process.send_signal(signal.SIGINT)
     back = chat.wait_for(PROMPT, after=mark, timeout=10)
+    return chat, mark, sent, back
+
+
+def test_ctrl_c_in_chat_returns_to_the_prompt_and_the_views_agree(
+    python: str, model_env: dict[str, str], server: SlowServer, thread_id: str
+) -> None:
+    chat, mark, sent, back = _interrupt_chat(
+        python, model_env, thread_id, "first question", streamed="partial2"
+    )
     assert back - sent < LIMIT, f"back at the prompt after {back - sent:.2f} s"
     assert INTERRUPTED_NOTE in chat.output[mark:]
     chat.send("second question")
@@ -162,13 +176,9 @@ def test_ctrl_c_in_chat_returns_to_the_prompt_and_the_views_agree(
 def test_ctrl_c_then_end_of_input_keeps_only_the_user_message(
     python: str, model_env: dict[str, str], server: SlowServer, thread_id: str
 ) -> None:
-    chat = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
-    chat.wait_for(PROMPT)
-    chat.send("only question")
-    chat.wait_for("partial1")
-    mark = len(chat.output)
-    chat.process.send_signal(signal.SIGINT)
-    chat.wait_for(PROMPT, after=mark, timeout=10)
+    chat, _, _, _ = _interrupt_chat(
+        python, model_env, thread_id, "only question", streamed="partial1"
+    )
     started = time.monotonic()
     status, _, errors = chat.finish()
     assert status == 0, errors
@@ -183,13 +193,7 @@ def test_ctrl_c_then_end_of_input_keeps_only_the_user_message(
 def test_second_ctrl_c_at_the_prompt_exits(
     python: str, model_env: dict[str, str], thread_id: str
 ) -> None:
-    chat = Child(python, model_env, "chat", "--user", "u1", "--thread", thread_id)
-    chat.wait_for(PROMPT)
-    chat.send("a question")
-    chat.wait_for("partial1")
-    mark = len(chat.output)
-    chat.process.send_signal(signal.SIGINT)
-    chat.wait_for(PROMPT, after=mark, timeout=10)
+    chat, _, _, _ = _interrupt_chat(python, model_env, thread_id, "a question", streamed="partial1")
     sent = time.monotonic()
     chat.process.send_signal(signal.SIGINT)
     status = chat.process.wait(10)
