@@ -1,4 +1,4 @@
-"""Which settings apply to a run: the context's override, else the graph's."""
+"""Which settings apply to a run: the graph's, with the fields the run's context sets."""
 
 from __future__ import annotations
 
@@ -7,5 +7,11 @@ from ctxgraph.state.settings import Settings
 
 
 def effective_settings(context: Context, default: Settings) -> Settings:
-    """The run's settings: the context's override if it carries one, else the graph's."""
-    return context.settings if context.settings is not None else default
+    """The run's settings: ``default`` (the graph's) with the context's given fields on top.
+
+    Only the fields the run's ``Context.settings`` explicitly set override the graph's
+    build-time values (``Settings.merged_onto``); every other field keeps the graph's value.
+    Raises ``SettingsError`` when the combination is invalid.
+    """
+    override = context.settings
+    return default if override is None else override.merged_onto(default)

@@ -78,7 +78,11 @@ class Context:
     )
     settings: Settings | None = field(
         default=None,
-        metadata={"description": "Overrides the graph's build-time settings for this run."},
+        metadata={
+            "description": "Per-run settings: only the fields given here override the "
+            "graph's build-time settings, every other field keeps the graph's value (a "
+            "Settings or a mapping of setting names to values)."
+        },
     )
 
     def __post_init__(self) -> None:

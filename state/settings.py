@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from functools import lru_cache
+from typing import Any, Literal, Self
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful assistant working inside a long-running session. "
@@ -14,6 +15,10 @@ DEFAULT_SYSTEM_PROMPT = (
 
 class SettingsError(ValueError):
     """A setting has a value that cannot work; the message names it and what would."""
+
+
+_EXPLICIT = "_explicit_fields"
+"""Instance attribute (not a field) holding the names given when the instance was built."""
 
 
 def _is_int(value: object) -> bool:
@@ -31,7 +36,13 @@ def _require_int(name: str, value: object, *, minimum: int, example: int) -> Non
 
 @dataclass(kw_only=True, frozen=True)
 class Settings:
-    """Behaviour knobs shared by every node; validated on construction."""
+    """Behaviour knobs shared by every node; validated on construction.
+
+    Each instance remembers which fields were given when it was built
+    (:attr:`explicit_fields`), so a run's settings can override only those fields of the
+    graph's build-time settings (:meth:`merged_onto`). Equality, hashing and ``repr``
+    compare the field values only.
+    """
 
     system_prompt: str = field(
         default=DEFAULT_SYSTEM_PROMPT,
@@ -172,6 +183,14 @@ class Settings:
         },
     )
 
+    def __new__(cls, **given: Any) -> Self:
+        """Record the names of the given fields, then build as usual."""
+        instance = super().__new__(cls)
+        # Not a field: kept out of __eq__/__hash__/__repr__, but in __dict__, so copy,
+        # deepcopy and pickle carry it along.
+        object.__setattr__(instance, _EXPLICIT, frozenset(given))
+        return instance
+
     def __post_init__(self) -> None:
         if not isinstance(self.system_prompt, str) or not self.system_prompt.strip():
             raise SettingsError(
@@ -274,6 +293,34 @@ class Settings:
             )
 
     @property
+    def explicit_fields(self) -> frozenset[str]:
+        """Names of the fields given when these settings were built.
+
+        ``Settings(trigger_tokens=18_000)`` gives ``{"trigger_tokens"}`` even though that is
+        the default; ``from_mapping`` and ``from_env`` give the names they were passed.
+        ``dataclasses.replace`` passes every field, so its result names them all. An
+        instance built without ``__init__`` (unpickled from before this record existed, or
+        made by a validator that fills ``__dict__``) names the fields that differ from
+        their defaults.
+        """
+        recorded = self.__dict__.get(_EXPLICIT)
+        if isinstance(recorded, frozenset):
+            return recorded
+        return frozenset(
+            f.name for f in fields(self) if getattr(self, f.name) != getattr(_defaults(), f.name)
+        )
+
+    def merged_onto(self, base: Settings) -> Settings:
+        """``base`` with the fields given in these settings (:attr:`explicit_fields`) replaced.
+
+        This is how a run's ``Context(settings=...)`` applies to the graph's build-time
+        settings: every field these settings did not set keeps ``base``'s value. The result
+        is validated as usual; an invalid combination raises ``SettingsError`` saying so and
+        naming the fields. Results are cached, so calling this for every node is cheap.
+        """
+        return _merge(base, base.explicit_fields, self, self.explicit_fields)
+
+    @property
     def ledger_budget(self) -> int:
         """Tokens the rendered ledger may use: ledger_max_tokens, at most trigger_tokens / 6."""
         return min(self.ledger_max_tokens, self.trigger_tokens // 6)
@@ -308,6 +355,50 @@ class Settings:
         return cls(**values)
 
 
+@lru_cache(maxsize=1)
+def _field_names() -> frozenset[str]:
+    return frozenset(f.name for f in fields(Settings))
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> Settings:
+    return Settings()
+
+
+def _with_explicit(settings: Settings, explicit: frozenset[str]) -> Settings:
+    object.__setattr__(settings, _EXPLICIT, explicit)
+    return settings
+
+
+@lru_cache(maxsize=256)
+def _merge(
+    base: Settings,
+    base_explicit: frozenset[str],
+    override: Settings,
+    override_explicit: frozenset[str],
+) -> Settings:
+    """``override``'s given fields over ``base``; the explicit sets are part of the cache key.
+
+    Equal settings with different explicit fields are equal (and hash alike) as keys, so
+    the explicit sets are passed separately to keep their merges apart.
+    """
+    if not override_explicit:
+        return base
+    values = {
+        name: getattr(override if name in override_explicit else base, name)
+        for name in sorted(_field_names())
+    }
+    try:
+        merged = Settings(**values)
+    except SettingsError as error:
+        given = ", ".join(sorted(override_explicit))
+        raise SettingsError(
+            f"the run's settings (Context.settings, which sets {given}) combined with the "
+            f"graph's build-time settings are invalid: {error}"
+        ) from error
+    return _with_explicit(merged, base_explicit | override_explicit)
+
+
 ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float] | type[str]]] = {
     "CTXGRAPH_CONTEXT_WINDOW": ("context_window", int),
     "CTXGRAPH_TRIGGER_TOKENS": ("trigger_tokens", int),
@@ -317,5 +408,6 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float] | type[str]]]
     "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
     "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
     "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),
+    "CTXGRAPH_MEMORY_AGE_FROM": ("memory_age_from", str),
 }
 """Environment variables that set a setting, with the setting and its type."""

@@ -208,3 +208,38 @@ def test_a_profile_over_the_memory_budget_stops_the_turn_with_advice(
     # The message is kept in the thread.
     shown = run_ctxgraph(python, subprocess_env, "threads", "show", thread)
     assert "[1] user: hello" in shown.stdout
+
+
+def test_search_ages_facts_as_the_environment_says(
+    python: str, subprocess_env: dict[str, str], persistence: Persistence
+) -> None:
+    """``CTXGRAPH_MEMORY_AGE_FROM`` reaches ``ctxgraph memory search`` as it reaches the graph."""
+    from datetime import timedelta
+
+    from tests.test_memory_search import reconfirmed_and_unconfirmed
+
+    user = _user()
+    context = Context(user_id=user)
+    reconfirmed_and_unconfirmed(
+        MemoryRepository(persistence.store), context, now=datetime.now(UTC) - timedelta(hours=1)
+    )
+
+    def order(age_from: str) -> list[str]:
+        env = {**subprocess_env, "CTXGRAPH_MEMORY_AGE_FROM": age_from}
+        result = run_ctxgraph(python, env, "memory", "search", "--user", user, "prefers")
+        assert result.returncode == 0, result.stderr
+        return [line.split("- ", 1)[1].split(":", 1)[0] for line in result.stdout.splitlines()]
+
+    assert order("confirmed") == ["drink_tea", "drink_coffee"]
+    assert order("created") == ["drink_coffee", "drink_tea"]
+    bad = run_ctxgraph(
+        python,
+        {**subprocess_env, "CTXGRAPH_MEMORY_AGE_FROM": "seen"},
+        "memory",
+        "search",
+        "--user",
+        user,
+        "prefers",
+    )
+    assert bad.returncode == 2
+    assert "memory_age_from" in bad.stderr

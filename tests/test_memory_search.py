@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres import PostgresStore
 from psycopg.conninfo import make_conninfo
 
+from ctxgraph.graph import build_graph
 from ctxgraph.state.context import Context
+from ctxgraph.state.models import Models
+from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.repository import Decision, Fact, FactCandidate, MemoryRepository
 from ctxgraph.store.namespaces import project_facts, user_facts
@@ -233,16 +239,20 @@ def test_decay_can_put_a_less_relevant_fresh_fact_first(lover_age: int, order: l
     assert [fact.id for fact in repo.search(context, "tea", now=NOW)] == order
 
 
-def reconfirmed_and_unconfirmed(repo: MemoryRepository, context: Context) -> None:
+def reconfirmed_and_unconfirmed(
+    repo: MemoryRepository, context: Context, now: datetime = NOW
+) -> None:
     """'tea' was stored 90 days ago and re-confirmed 2 days ago; 'coffee' is 40 days old."""
+
+    def before(days: float) -> datetime:
+        return now - timedelta(days=days)
+
     tea = candidate("drink_tea", "Prefers tea")
-    assert repo.remember(context, tea, ACCEPTED, thread_id="t1", now=days_ago(90)) is not None
-    confirmed = repo.remember(
-        context, tea, ACCEPTED, thread_id="t2", now=days_ago(2), confirmed=True
-    )
+    assert repo.remember(context, tea, ACCEPTED, thread_id="t1", now=before(90)) is not None
+    confirmed = repo.remember(context, tea, ACCEPTED, thread_id="t2", now=before(2), confirmed=True)
     assert confirmed is not None
-    assert (confirmed.created_at, confirmed.confirmed_at) == (days_ago(90), days_ago(2))
-    repo.add_fact(context, "Prefers coffee", key="drink_coffee", created_at=days_ago(40))
+    assert (confirmed.created_at, confirmed.confirmed_at) == (before(90), before(2))
+    repo.add_fact(context, "Prefers coffee", key="drink_coffee", created_at=before(40))
 
 
 def test_age_from_confirmed_keeps_a_reconfirmed_fact_undecayed() -> None:
@@ -263,21 +273,55 @@ def test_age_from_confirmed_keeps_a_reconfirmed_fact_undecayed() -> None:
     )
 
 
-def test_age_from_defaults_to_the_context_settings_and_then_to_created() -> None:
-    repo = memory_repo()
-    reconfirmed_and_unconfirmed(repo, Context(user_id="u1"))
-    plain = Context(user_id="u1")
-    confirming = Context(user_id="u1", settings=Settings(memory_age_from="confirmed"))
+def memory_search_rows(graph: Any, context: Context) -> list[str]:
+    """Ids the graph's ``memory_search`` tool returns when the model searches 'prefers'."""
+    result = graph.invoke({"messages": [("user", "What do I drink?")]}, context=context)
+    tool_message = result["messages"][2]
+    assert isinstance(tool_message, ToolMessage) and tool_message.status == "success"
+    return [row["id"] for row in json.loads(str(tool_message.content))]
 
-    assert [f.id for f in repo.search(plain, "prefers", now=NOW)] == ["drink_coffee", "drink_tea"]
-    assert [f.id for f in repo.search(confirming, "prefers", now=NOW)] == [
-        "drink_tea",
-        "drink_coffee",
-    ]
-    # An explicit argument beats the context's setting.
+
+@pytest.mark.parametrize(
+    ("built", "order"),
+    [
+        (Settings(memory_age_from="confirmed"), ["drink_tea", "drink_coffee"]),
+        (Settings(), ["drink_coffee", "drink_tea"]),
+    ],
+    ids=["confirmed", "default"],
+)
+def test_memory_search_tool_ages_facts_by_the_graphs_memory_age_from(
+    built: Settings, order: list[str]
+) -> None:
+    # The graph's build-time memory_age_from reaches the tool even when the run's context
+    # carries settings of its own that do not set it: run settings merge onto the graph's.
+    store = InMemoryStore()
+    search = AIMessage(
+        content="", tool_calls=[{"name": "memory_search", "args": {"query": "prefers"}, "id": "s"}]
+    )
+    graph = build_graph(
+        models=Models(main=ScriptedChatModel(script=[search, "done"])),
+        settings=replace(built, memory_mode="tool", memory_extraction="off"),
+        store=store,
+    )
+    context = Context(user_id="u1", settings=Settings(system_prompt="Answer briefly."))
+    reconfirmed_and_unconfirmed(MemoryRepository(store), context, now=datetime.now(UTC))
+
+    assert memory_search_rows(graph, context) == order
+
+
+def test_an_explicit_age_from_argument_wins_over_the_context_settings() -> None:
+    repo = memory_repo()
+    confirming = Context(user_id="u1", settings=Settings(memory_age_from="confirmed"))
+    reconfirmed_and_unconfirmed(repo, confirming)
+
     assert [f.id for f in repo.search(confirming, "prefers", now=NOW, age_from="created")] == [
         "drink_coffee",
         "drink_tea",
+    ]
+    plain = Context(user_id="u1")
+    assert [f.id for f in repo.search(plain, "prefers", now=NOW, age_from="confirmed")] == [
+        "drink_tea",
+        "drink_coffee",
     ]
 
 

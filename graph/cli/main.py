@@ -228,7 +228,12 @@ def _memory(args: argparse.Namespace) -> int:
         extractor, settings = worker_from_env(os.environ)  # fails before opening the database
         with open_persistence() as persistence:
             return memory.process_memory(persistence.store, extractor, settings, sys.stdout)
+    from ctxgraph.state.settings import Settings
+
     context = _context(args)
+    # The settings the CLI's graph uses (search ranks with them), read before the database
+    # is opened; the other subcommands do not need them.
+    search_settings = Settings.from_env(os.environ) if args.memory_command == "search" else None
     with open_persistence() as persistence:
         store = persistence.store
         if args.memory_command == "forget":
@@ -236,7 +241,9 @@ def _memory(args: argparse.Namespace) -> int:
         if args.memory_command == "export":
             return memory.export_memory(store, context, sys.stdout)
         if args.memory_command == "search":
-            return memory.search_memory(store, context, args.query, args.limit, sys.stdout)
+            return memory.search_memory(
+                store, context, args.query, args.limit, sys.stdout, search_settings
+            )
         return memory.list_memory(store, context, sys.stdout)
 
 

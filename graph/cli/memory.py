@@ -50,9 +50,23 @@ def list_memory(store: BaseStore, context: Context, out: TextIO) -> int:
     return 0
 
 
-def search_memory(store: BaseStore, context: Context, query: str, limit: int, out: TextIO) -> int:
-    """Print the facts ``memory_search`` would return for ``query``, best first, with scores."""
-    facts = MemoryRepository(store).search(context, query, top_k=clamp_limit(limit))
+def search_memory(
+    store: BaseStore,
+    context: Context,
+    query: str,
+    limit: int,
+    out: TextIO,
+    settings: Settings | None = None,
+) -> int:
+    """Print the facts ``memory_search`` would return for ``query``, best first, with scores.
+
+    ``settings`` are the ones the CLI builds its graph with (``Settings.from_env``); their
+    ``memory_age_from`` ages the facts as the graph's ``memory_search`` tool does.
+    """
+    age_from = (settings or Settings()).memory_age_from
+    facts = MemoryRepository(store).search(
+        context, query, top_k=clamp_limit(limit), age_from=age_from
+    )
     if not facts:
         out.write(f"No remembered fact of {_who(context)} matches {query!r}.\n")
         return 0

@@ -64,20 +64,27 @@ class MemorySearch:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
 
-    def _budget(self, context: Context) -> int:
-        return effective_settings(context, self._settings).memory_search_max_tokens
+    def _settings_for(self, context: Context) -> Settings:
+        """The graph's settings with the run's overrides, as every node sees them."""
+        return effective_settings(context, self._settings)
 
     def search(self, query: str, runtime: ToolRuntime[Context], limit: int = 5) -> str:
         """Search this user's long-term memory."""
         repository, context = _setup(runtime, query)
-        facts = repository.search(context, query, top_k=clamp_limit(limit))
-        return visible_results(facts, self._budget(context))
+        settings = self._settings_for(context)
+        facts = repository.search(
+            context, query, top_k=clamp_limit(limit), age_from=settings.memory_age_from
+        )
+        return visible_results(facts, settings.memory_search_max_tokens)
 
     async def asearch(self, query: str, runtime: ToolRuntime[Context], limit: int = 5) -> str:
         """Async :meth:`search`."""
         repository, context = _setup(runtime, query)
-        facts = await repository.asearch(context, query, top_k=clamp_limit(limit))
-        return visible_results(facts, self._budget(context))
+        settings = self._settings_for(context)
+        facts = await repository.asearch(
+            context, query, top_k=clamp_limit(limit), age_from=settings.memory_age_from
+        )
+        return visible_results(facts, settings.memory_search_max_tokens)
 
 
 def memory_search_tool(settings: Settings) -> BaseTool:
