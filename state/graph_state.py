@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, NotRequired
 
 from langchain_core.messages import AnyMessage
+from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
@@ -46,6 +47,13 @@ class AgentState(TypedDict):
     """The compaction mark: version, cursor, checksum and chain hash of the archive."""
     memory_view: NotRequired[str]
     """This turn's rendered long-term memory; added to each request, never to ``messages``."""
+    memory_turn: NotRequired[Annotated[dict[str, Any] | None, UntrackedValue(dict, guard=False)]]
+    """What this run's memory nodes already read from the Store (the profile, the facts and
+    the processed message ids), handed from node to node so each is read once per turn.
+
+    An ``UntrackedValue``: never checkpointed, so every run (and a run resumed after an
+    interrupt) starts without it and reads the Store again.
+    """
     compaction_retry: NotRequired[Annotated[dict[str, Any] | None, add_refusals]]
     """After refused compactions: how many in a row (``attempts``) and the last ``reason``.
 

@@ -29,6 +29,7 @@ def test_the_promised_imports_and_signatures() -> None:
         "correction_budget",
         "top_n",
         "query",
+        "ranked",
     ]
     search = inspect.signature(MemoryRepository.search).parameters
     assert list(search)[:5] == ["self", "context", "query", "top_k", "now"]

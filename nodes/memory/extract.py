@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.output_parsers import BaseOutputParser
+from langchain_core.outputs import ChatGeneration
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.constants import TAG_NOSTREAM
 
 from ctxgraph.nodes.memory.filter import render_rows
 from ctxgraph.state.context import Context
 from ctxgraph.store.memory.repository import (
+    CANDIDATES,
     Decision,
     Fact,
     FactCandidate,
@@ -67,6 +72,21 @@ from it that supports the fact.
 MEMORY_TAGS = [TAG_NOSTREAM, "ctxgraph:memory"]
 """Tags of extraction calls: LangGraph does not stream ``nostream`` calls to the user."""
 
+MEMORY_UPDATE_TOOL = convert_to_openai_tool(MemoryUpdate)
+"""The ``MemoryUpdate`` tool schema, converted once.
+
+``with_structured_output`` given the Pydantic class converts it to JSON schema again on
+every call (for the run's tracing metadata), which costs more than a millisecond; given
+this dict, the provider receives the same tool and the reply is validated here.
+"""
+
+KnownFact = Mapping[str, str]
+"""A stored fact as the extraction prompt shows it: ``key``, ``content`` and ``category``."""
+
+MEMORY_TURN_KEY = "memory_turn"
+"""State key of the untracked channel through which the memory nodes of one run hand on
+what they read from the Store (``profile``, ``facts``, ``processed`` ids)."""
+
 
 @dataclass
 class ExtractionResult:
@@ -75,23 +95,55 @@ class ExtractionResult:
     stored: list[Fact] = field(default_factory=list)
     profile_sections: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    profile: dict[str, str] | None = None
+    """The profile after this extraction's updates; None when none was stored."""
+
+
+def known_facts(facts: Sequence[Fact]) -> list[dict[str, str]]:
+    """Facts as the extraction prompt shows them, in the order given."""
+    return [{"key": f.key, "content": f.content, "category": f.category} for f in facts]
 
 
 def extraction_prompt(
     rows: Sequence[dict[str, str]], profile: dict[str, str], facts: Sequence[Fact]
 ) -> list[BaseMessage]:
     """The messages of one extraction call."""
-    known = [{"key": f.key, "content": f.content, "category": f.category} for f in facts]
+    return _prompt(rows, profile, known_facts(facts))
+
+
+def _prompt(
+    rows: Sequence[dict[str, str]], profile: Mapping[str, str], known: Sequence[KnownFact]
+) -> list[BaseMessage]:
     return [
         SystemMessage(content=EXTRACTION_SYSTEM),
         HumanMessage(
             content=EXTRACTION_PROMPT.format(
-                profile=json.dumps(profile, ensure_ascii=False) if profile else "(empty)",
-                facts=json.dumps(known, ensure_ascii=False) if known else "(none)",
+                profile=json.dumps(dict(profile), ensure_ascii=False) if profile else "(empty)",
+                facts=json.dumps([dict(f) for f in known], ensure_ascii=False)
+                if known
+                else "(none)",
                 conversation=render_rows(rows),
             )
         ),
     ]
+
+
+def handover(profile: Mapping[str, str], candidates: Sequence[Fact] | None) -> dict[str, Any]:
+    """``load_memory``'s ``memory_turn`` update: what it read, for extraction to reuse.
+
+    ``candidates`` are the facts ``memory_candidates`` offered to the memory view (None when
+    none were read). They are handed on only when they hold every stored fact, in the
+    order ``list_facts`` gives: the candidates include the ``CANDIDATES`` most confident
+    facts of each namespace, so a namespace with fewer candidates than that has all of its
+    facts among them. Otherwise extraction lists the facts itself.
+    """
+    turn: dict[str, Any] = {"profile": dict(profile)}
+    if candidates is not None:
+        counts = Counter(fact.scope for fact in candidates)
+        if all(count < CANDIDATES for count in counts.values()):
+            ordered = sorted(candidates, key=lambda f: (f.scope != "user", f.created_at, f.id))
+            turn["facts"] = known_facts(ordered)
+    return {MEMORY_TURN_KEY: turn}
 
 
 def memory_config() -> RunnableConfig:
@@ -105,7 +157,24 @@ class MemoryExtractor:
     def __init__(self, model: BaseChatModel) -> None:
         self.model = model
         """The memory model (named in the warning when its call fails)."""
-        self._structured = model.with_structured_output(MemoryUpdate, method="function_calling")
+        self._structured = model.with_structured_output(
+            MEMORY_UPDATE_TOOL, method="function_calling"
+        )
+        self._steps = _model_and_parser(self._structured)
+
+    def _ask(self, prompt: list[BaseMessage]) -> MemoryUpdate:
+        """One call of the memory model, its reply validated."""
+        if self._steps is None:
+            return _checked(self._structured.invoke(prompt, memory_config()))
+        call, parser = self._steps
+        return _checked(_parsed(parser, call.invoke(prompt, memory_config())))
+
+    async def _aask(self, prompt: list[BaseMessage]) -> MemoryUpdate:
+        """Async :meth:`_ask`."""
+        if self._steps is None:
+            return _checked(await self._structured.ainvoke(prompt, memory_config()))
+        call, parser = self._steps
+        return _checked(_parsed(parser, await call.ainvoke(prompt, memory_config())))
 
     def extract(
         self,
@@ -115,12 +184,20 @@ class MemoryExtractor:
         *,
         thread_id: str,
         threshold: float,
+        profile: Mapping[str, str] | None = None,
+        facts: Sequence[KnownFact] | None = None,
     ) -> ExtractionResult:
-        """Ask the model once and store what the rules accept."""
-        prompt = extraction_prompt(
-            rows, repository.get_profile(context), repository.list_facts(context)
-        )
-        update = _checked(self._structured.invoke(prompt, memory_config()))
+        """Ask the model once and store what the rules accept.
+
+        ``profile`` and ``facts`` (as :func:`known_facts` shows them) are what this turn
+        already read from the Store; each one not given is read here.
+        """
+        if profile is None:
+            profile = repository.get_profile(context)
+        if facts is None:
+            facts = known_facts(repository.list_facts(context))
+        prompt = _prompt(rows, profile, facts)
+        update = self._ask(prompt)
         result = ExtractionResult()
         for candidate, decision in _decide(update, rows, context, threshold, result):
             if isinstance(candidate, FactCandidate):
@@ -128,7 +205,7 @@ class MemoryExtractor:
                 if fact is not None:
                     result.stored.append(fact)
             else:
-                repository.update_profile(context, candidate)
+                result.profile = repository.update_profile(context, candidate)
                 result.profile_sections.append(candidate.section)
         return result
 
@@ -140,12 +217,16 @@ class MemoryExtractor:
         *,
         thread_id: str,
         threshold: float,
+        profile: Mapping[str, str] | None = None,
+        facts: Sequence[KnownFact] | None = None,
     ) -> ExtractionResult:
         """Async :meth:`extract`."""
-        prompt = extraction_prompt(
-            rows, await repository.aget_profile(context), await repository.alist_facts(context)
-        )
-        update = _checked(await self._structured.ainvoke(prompt, memory_config()))
+        if profile is None:
+            profile = await repository.aget_profile(context)
+        if facts is None:
+            facts = known_facts(await repository.alist_facts(context))
+        prompt = _prompt(rows, profile, facts)
+        update = await self._aask(prompt)
         result = ExtractionResult()
         for candidate, decision in _decide(update, rows, context, threshold, result):
             if isinstance(candidate, FactCandidate):
@@ -153,15 +234,39 @@ class MemoryExtractor:
                 if fact is not None:
                     result.stored.append(fact)
             else:
-                await repository.aupdate_profile(context, candidate)
+                result.profile = await repository.aupdate_profile(context, candidate)
                 result.profile_sections.append(candidate.section)
         return result
 
 
+def _model_and_parser(
+    structured: Runnable[Any, Any],
+) -> tuple[Runnable[Any, Any], BaseOutputParser[Any]] | None:
+    """The bound model and the output parser of ``with_structured_output``'s sequence.
+
+    Calling them one after the other does what the sequence does, without the sequence's
+    and the parser's own runs (about 0.4 ms a call); None for any other shape.
+    """
+    if isinstance(structured, RunnableSequence) and len(structured.steps) == 2:
+        call, parser = structured.steps
+        if isinstance(parser, BaseOutputParser):
+            return call, parser
+    return None
+
+
+def _parsed(parser: BaseOutputParser[Any], reply: Any) -> Any:
+    if isinstance(reply, BaseMessage):
+        return parser.parse_result([ChatGeneration(message=reply)])
+    return parser.invoke(reply)
+
+
 def _checked(update: Any) -> MemoryUpdate:
-    if not isinstance(update, MemoryUpdate):
-        raise TypeError(f"the memory model returned {type(update).__name__}, not MemoryUpdate")
-    return update
+    """The reply's ``MemoryUpdate`` arguments, validated (as ``PydanticToolsParser`` would)."""
+    if isinstance(update, MemoryUpdate):
+        return update
+    if isinstance(update, dict):
+        return MemoryUpdate.model_validate(update)
+    raise TypeError(f"the memory model returned {type(update).__name__}, not MemoryUpdate")
 
 
 def _decide(

@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
+from ctxgraph.nodes.memory.extract import handover
 from ctxgraph.nodes.memory.render import render_memory
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
@@ -53,16 +54,14 @@ class MemoryLoader:
         return context, settings, MemoryRepository(runtime.store), query
 
     @staticmethod
-    def _render(
-        profile: dict[str, str], facts: list[Fact], settings: Settings, query: str
-    ) -> dict[str, Any]:
+    def _render(profile: dict[str, str], facts: list[Fact], settings: Settings) -> dict[str, Any]:
         view = render_memory(
             profile,
             facts,
             mode=settings.memory_mode,
             budget=settings.memory_budget,
             correction_budget=settings.correction_budget,
-            query=query or None,
+            ranked=True,
         )
         return {MEMORY_VIEW_KEY: view}
 
@@ -73,8 +72,12 @@ class MemoryLoader:
             return {MEMORY_VIEW_KEY: ""}
         context, settings, repository, query = job
         auto = settings.memory_mode == "auto"
-        facts = repository.memory_candidates(context, query) if auto else []
-        return self._render(repository.get_profile(context), facts, settings, query)
+        age_from = settings.memory_age_from
+        facts = repository.memory_candidates(context, query, age_from=age_from) if auto else []
+        profile = repository.get_profile(context)
+        # Extraction reuses what was read here (the run's untracked memory_turn channel).
+        view = self._render(profile, facts, settings)
+        return {**view, **handover(profile, facts if auto else None)}
 
     async def aload(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Async :meth:`load`."""
@@ -83,5 +86,10 @@ class MemoryLoader:
             return {MEMORY_VIEW_KEY: ""}
         context, settings, repository, query = job
         auto = settings.memory_mode == "auto"
-        facts = await repository.amemory_candidates(context, query) if auto else []
-        return self._render(await repository.aget_profile(context), facts, settings, query)
+        age_from = settings.memory_age_from
+        facts = (
+            await repository.amemory_candidates(context, query, age_from=age_from) if auto else []
+        )
+        profile = await repository.aget_profile(context)
+        view = self._render(profile, facts, settings)
+        return {**view, **handover(profile, facts if auto else None)}

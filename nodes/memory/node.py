@@ -1,19 +1,25 @@
-"""The ``flush`` and ``extract_memory`` nodes: hand new user content to memory extraction."""
+"""The ``flush`` and ``extract_memory`` nodes: hand new user content to memory extraction.
+
+Each turn reads the Store as little as it can. ``load_memory`` hands the profile (and,
+when they are complete, the facts) it read to extraction through the run's untracked
+``memory_turn`` channel; without it, extraction reads the profile and the processed-ids
+record in one Store batch. A flush hands the processed ids on to the end of the turn.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.nodes.compaction.node import CompactNode
-from ctxgraph.nodes.memory.extract import MemoryExtractor
+from ctxgraph.nodes.memory.extract import MEMORY_TURN_KEY, ExtractionResult, MemoryExtractor
 from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
@@ -21,11 +27,13 @@ from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.progress import ProcessedMessages
+from ctxgraph.store.memory.progress import ProcessedMessages, Progress
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository
 
 logger = logging.getLogger("ctxgraph.memory")
+
+Row = dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -37,11 +45,22 @@ class MemoryJob:
     settings: Settings
     thread_id: str
     processed: ProcessedMessages
-    messages: Sequence[BaseMessage]
+    rows: list[Row]
+    """The filtered rows of the whole working window, in order."""
+    among: Collection[str] | None = None
+    """Flush: the ids of the messages about to be folded; only those rows are extracted."""
+    turn: Mapping[str, Any] | None = None
+    """What this run already read from the Store (the ``memory_turn`` channel)."""
 
-    def new_rows(self, done: set[str]) -> list[dict[str, str]]:
+    def candidates(self) -> list[Row]:
+        """The rows this job may extract, whether or not processed already."""
+        if self.among is None:
+            return self.rows
+        return [row for row in self.rows if row["id"] in self.among]
+
+    def new_rows(self, progress: Progress) -> list[Row]:
         """Filtered rows not yet handed to extraction by any path."""
-        return [row for row in filter_for_memory(self.messages) if row["id"] not in done]
+        return progress.unread(self.rows, among=self.among)
 
 
 class MemoryNodes:
@@ -53,7 +72,12 @@ class MemoryNodes:
         self._settings = settings
 
     def _job(
-        self, messages: Sequence[BaseMessage], runtime: Runtime[Context], config: RunnableConfig
+        self,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        *,
+        folding: bool,
     ) -> MemoryJob | None:
         context = require_context(runtime.context)
         settings = effective_settings(context, self._settings)
@@ -63,17 +87,27 @@ class MemoryNodes:
         if runtime.store is None or not isinstance(thread_id, str):
             logger.debug("memory extraction skipped: the run has no store or no thread")
             return None
+        messages: Sequence[BaseMessage] = state.get("messages") or []
+        among: set[str] | None = None
+        if folding:
+            old = self._folded(state, settings)
+            if any(not m.id for m in old):
+                # Rows of messages without ids are named by position: use the old ones alone.
+                messages, among = old, None
+            else:
+                among = {m.id for m in old if m.id}
         return MemoryJob(
             store=runtime.store,
             context=context,
             settings=settings,
             thread_id=thread_id,
             processed=ProcessedMessages(runtime.store, thread_id),
-            messages=messages,
+            rows=filter_for_memory(messages),
+            among=among,
+            turn=state.get("memory_turn"),  # MEMORY_TURN_KEY
         )
 
-    def _folded(self, state: AgentState, runtime: Runtime[Context]) -> list[AnyMessage]:
-        settings = effective_settings(require_context(runtime.context), self._settings)
+    def _folded(self, state: AgentState, settings: Settings) -> list[AnyMessage]:
         old, _ = self._compact.split(state, settings)
         return old
 
@@ -81,7 +115,7 @@ class MemoryNodes:
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """After the final answer: extract from what the turn added."""
-        job = self._job(state.get("messages") or [], runtime, config)
+        job = self._job(state, runtime, config, folding=False)
         if job is not None:
             self._run(job)
         return {}
@@ -90,7 +124,7 @@ class MemoryNodes:
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Async :meth:`extract_turn`."""
-        job = self._job(state.get("messages") or [], runtime, config)
+        job = self._job(state, runtime, config, folding=False)
         if job is not None:
             await self._arun(job)
         return {}
@@ -99,68 +133,179 @@ class MemoryNodes:
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Before compaction: extract from exactly the messages about to be folded."""
-        job = self._job(self._folded(state, runtime), runtime, config)
-        if job is not None:
-            self._run(job)
-        return {}
+        job = self._job(state, runtime, config, folding=True)
+        return self._run(job) if job is not None else {}
 
     async def aflush(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Async :meth:`flush`."""
-        job = self._job(self._folded(state, runtime), runtime, config)
-        if job is not None:
-            await self._arun(job)
-        return {}
+        job = self._job(state, runtime, config, folding=True)
+        return await self._arun(job) if job is not None else {}
 
-    def _run(self, job: MemoryJob) -> None:
-        done = job.processed.get()
-        rows = job.new_rows(set(done))
+    def _run(self, job: MemoryJob) -> dict[str, Any]:
+        """Extract the job's new rows; returns the ``memory_turn`` update for later nodes."""
+        plan = _Plan(job)
+        if not plan.candidates:
+            return {}
+        while reads := plan.reads():  # at most two batches, usually one
+            plan.read(job.store.batch(reads))
+        rows = plan.new_rows()
         if not rows:
-            return
-        ids = [row["id"] for row in rows]
-        if has_user_rows(rows):
-            if job.settings.memory_extraction == "deferred":
-                MemoryQueue(job.store).enqueue(job.thread_id, job.context, rows)
-            else:
-                try:
-                    self._extractor.extract(
-                        rows,
-                        job.context,
-                        MemoryRepository(job.store),
-                        thread_id=job.thread_id,
-                        threshold=job.settings.confidence_threshold,
-                    )
-                except Exception as error:  # the model's failure must not fail the turn
-                    self._warn(error)
-                    return
-        job.processed.add(ids, known=done)
+            return plan.update()
+        if plan.inline(rows):
+            try:
+                result = self._extractor.extract(rows, **plan.extraction())
+            except Exception as error:  # the model's failure must not fail the turn
+                self._warn(error)
+                return plan.failed()
+            plan.extracted(result)
+        job.store.batch(plan.writes(rows))
+        return plan.update()
 
-    async def _arun(self, job: MemoryJob) -> None:
-        done = await job.processed.aget()
-        rows = job.new_rows(set(done))
+    async def _arun(self, job: MemoryJob) -> dict[str, Any]:
+        """Async :meth:`_run`."""
+        plan = _Plan(job)
+        if not plan.candidates:
+            return {}
+        while reads := plan.reads():  # at most two batches, usually one
+            plan.read(await job.store.abatch(reads))
+        rows = plan.new_rows()
         if not rows:
-            return
-        ids = [row["id"] for row in rows]
-        if has_user_rows(rows):
-            if job.settings.memory_extraction == "deferred":
-                await MemoryQueue(job.store).aenqueue(job.thread_id, job.context, rows)
-            else:
-                try:
-                    await self._extractor.aextract(
-                        rows,
-                        job.context,
-                        MemoryRepository(job.store),
-                        thread_id=job.thread_id,
-                        threshold=job.settings.confidence_threshold,
-                    )
-                except Exception as error:  # the model's failure must not fail the turn
-                    self._warn(error)
-                    return
-        await job.processed.aadd(ids, known=done)
+            return plan.update()
+        if plan.inline(rows):
+            try:
+                result = await self._extractor.aextract(rows, **plan.extraction())
+            except Exception as error:  # the model's failure must not fail the turn
+                self._warn(error)
+                return plan.failed()
+            plan.extracted(result)
+        await job.store.abatch(plan.writes(rows))
+        return plan.update()
 
     def _warn(self, error: Exception) -> None:
         """Log one line naming the role, endpoint and cause; the turn goes on."""
         logger.debug("memory extraction failed", exc_info=error)
         line = endpoint_warning(error, "memory", self._extractor.model)
         logger.warning("memory extraction failed, will retry next turn: %s", line)
+
+
+class _Plan:
+    """One run of extraction over a job, as Store batches: what to read, what to write.
+
+    The sync and async nodes share it and differ only in how they call the Store and
+    the memory model. It starts from what this run already read (the ``memory_turn``
+    channel) and reads the rest in batches (see :meth:`reads`): the processed ids unless
+    handed on, the profile when the memory model is called and no earlier node read it,
+    and the waiting queue item when rows are deferred. It writes in one batch: the queue
+    item (deferred) and the processed ids.
+    """
+
+    def __init__(self, job: MemoryJob) -> None:
+        self.job = job
+        self.candidates = job.candidates()
+        self.deferred = job.settings.memory_extraction == "deferred"
+        self.repository = MemoryRepository(job.store)
+        self.queue = MemoryQueue(job.store)
+        value = job.turn or {}
+        profile, facts, ids = value.get("profile"), value.get("facts"), value.get("processed")
+        self.profile: dict[str, str] | None = dict(profile) if profile is not None else None
+        self.facts: list[dict[str, str]] | None = list(facts) if facts is not None else None
+        self.progress: Progress | None = Progress(tuple(ids)) if ids is not None else None
+        self.waiting: Item | None = None
+        self._queue_read = False
+        self._reads: list[str] = []
+
+    def reads(self) -> list[GetOp]:
+        """The Store reads still needed, for one batch; empty once everything is read.
+
+        While the processed ids are unknown so are the new rows. Then the end of the turn,
+        whose rows are nearly always new, reads along with the ids what its candidates
+        would need; a flush, whose rows have nearly always been read at the end of an
+        earlier turn, reads the ids alone. Once the ids are known, exactly what the new
+        rows need.
+        """
+        self._reads = []
+        ops: list[GetOp] = []
+        rows: Sequence[Row]
+        if self.progress is None:
+            ops.append(self.job.processed.get_op())
+            self._reads.append("processed")
+            rows = self.candidates if self.job.among is None else ()
+        else:
+            rows = self.new_rows()
+        if has_user_rows(rows):
+            if self.deferred and not self._queue_read:
+                ops.append(self.queue.get_op(self.job.thread_id))
+                self._reads.append("queue")
+            elif not self.deferred and self.profile is None:
+                ops.append(self.repository.profile_op(self.job.context))
+                self._reads.append("profile")
+        return ops
+
+    def read(self, results: Sequence[Any]) -> None:
+        """Take the results of the :meth:`reads` batch."""
+        found = {
+            name: item if isinstance(item, Item) else None
+            for name, item in zip(self._reads, results, strict=True)
+        }
+        if "processed" in found:
+            self.progress = Progress.from_item(found["processed"])
+        if "profile" in found:
+            self.profile = MemoryRepository.profile_of(found["profile"])
+        if "queue" in found:
+            self.waiting, self._queue_read = found["queue"], True
+
+    def new_rows(self) -> list[Row]:
+        """Rows not yet handed to extraction by any path."""
+        return self.job.new_rows(self.progress or Progress())
+
+    def inline(self, rows: Sequence[Row]) -> bool:
+        """True if ``rows`` go to the memory model now (they hold user text, not deferred)."""
+        return not self.deferred and has_user_rows(rows)
+
+    def extraction(self) -> dict[str, Any]:
+        """Arguments of ``MemoryExtractor.extract`` besides the rows."""
+        job = self.job
+        return {
+            "context": job.context,
+            "repository": self.repository,
+            "thread_id": job.thread_id,
+            "threshold": job.settings.confidence_threshold,
+            "profile": self.profile,
+            "facts": self.facts,
+        }
+
+    def extracted(self, result: ExtractionResult) -> None:
+        """Keep the handed-on records current after the extraction wrote to the Store."""
+        if result.profile is not None:
+            self.profile = result.profile
+        if result.stored:
+            self.facts = None  # the next extraction lists them again, in the Store's order
+
+    def failed(self) -> dict[str, Any]:
+        """After a failed extraction: nothing is marked; hand on only the processed ids."""
+        self.profile = self.facts = None
+        return self.update()
+
+    def writes(self, rows: Sequence[Row]) -> list[PutOp]:
+        """The Store writes that finish the job: the queue item (deferred), the processed ids."""
+        job = self.job
+        ops: list[PutOp] = []
+        if self.deferred and has_user_rows(rows):
+            pending = self.queue.pending(job.thread_id, job.context, rows, self.waiting)
+            ops.append(self.queue.put_op(pending))
+        self.progress = (self.progress or Progress()).marked(row["id"] for row in rows)
+        ops.append(job.processed.put_op(self.progress))
+        return ops
+
+    def update(self) -> dict[str, Any]:
+        """The ``memory_turn`` update: what this run has read, for the next memory node."""
+        value: dict[str, Any] = {}
+        if self.profile is not None:
+            value["profile"] = self.profile
+        if self.facts is not None:
+            value["facts"] = self.facts
+        if self.progress is not None:
+            value["processed"] = list(self.progress.ids)
+        return {MEMORY_TURN_KEY: value}

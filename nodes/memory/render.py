@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.search.scoring import relevance_scores
+from ctxgraph.store.search.scoring import final_score, relevance_scores
 
 if TYPE_CHECKING:
     from ctxgraph.store.memory.repository import Fact
@@ -65,7 +66,6 @@ class _Item:
     content: str
     confidence: float
     correction: bool
-    relevance: float = 0.0
 
 
 def _field(fact: object, key: str) -> Any:
@@ -137,6 +137,7 @@ def render_memory(
     correction_budget: int = 500,
     top_n: int | None = None,
     query: str | None = None,
+    ranked: bool = False,
 ) -> str:
     """Render memory as text of at most ``budget`` tokens (``state.tokens.count_text``).
 
@@ -149,11 +150,15 @@ def render_memory(
 
     Corrections (category ``correction`` or ``is_correction``) are chosen first: their
     joined lines stay within ``correction_budget`` and the whole text within ``budget``.
-    Ordinary facts then fill the rest of ``budget``. Each queue is ordered by confidence,
-    or with a non-empty ``query`` by relevance (``store.search.relevance_scores``) then
-    confidence, ties in input order; it stops at the first fact that does not fit. Fact
-    text is never cut (whitespace runs collapse to one space). ``top_n`` caps the number
-    of facts chosen in all. Raises ValueError for bad arguments or a malformed fact.
+    Ordinary facts then fill the rest of ``budget``. With ``ranked=True`` the facts are
+    already in ranking order, best first (as ``MemoryRepository.memory_candidates`` returns
+    them, ranked by ``store.search.final_score`` like ``memory_search``), and each queue
+    keeps that order. Otherwise each queue is ordered by confidence, or with a non-empty
+    ``query`` by ``final_score`` of the query's relevance among the given facts, their
+    confidence and age; ties keep input order. Selection stops at the first fact that does
+    not fit. Fact text is never cut (whitespace runs collapse to one space). ``top_n`` caps
+    the number of facts chosen in all. Raises ValueError for bad arguments or a malformed
+    fact.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -173,13 +178,8 @@ def render_memory(
     if mode == "tool" or not items:
         return base
 
-    if query is not None and query.strip():
-        scores = relevance_scores(query, [item.content for item in items])
-        items = [
-            _Item(i.line, i.content, i.confidence, i.correction, s)
-            for i, s in zip(items, scores, strict=True)
-        ]
-    items.sort(key=lambda item: (-item.relevance, -item.confidence))
+    if not ranked:
+        items = _ordered(items, facts, query)
     limit = len(items) if top_n is None else top_n
     queues = [[i.line for i in items if i.correction], [i.line for i in items if not i.correction]]
     chosen = _select_fast(profile_lines, queues, budget, correction_budget, limit)
@@ -189,6 +189,34 @@ def render_memory(
         chosen = _select(profile_lines, queues, budget, correction_budget, limit)
         text = _assemble(profile_lines, chosen)
     return text
+
+
+def _ordered(items: list[_Item], facts: Sequence[object], query: str | None) -> list[_Item]:
+    """``items`` by confidence, or with a query by ``final_score``; stable on ties."""
+    if query is None or not query.strip():
+        return sorted(items, key=lambda item: -item.confidence)
+    now = datetime.now(UTC)
+    relevance = relevance_scores(query, [item.content for item in items])
+    scores = [
+        final_score(-score, item.confidence, _created(fact, now), now)
+        for item, fact, score in zip(items, facts, relevance, strict=True)
+    ]
+    order = sorted(range(len(items)), key=lambda i: (-scores[i], -items[i].confidence))
+    return [items[i] for i in order]
+
+
+def _created(fact: object, now: datetime) -> datetime | str:
+    """A fact's creation time if it has a usable one, else ``now`` (no age penalty)."""
+    value = _field(fact, "created_at")
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            return now
+        return value
+    return now
 
 
 def _joined_tokens(lines: Sequence[str]) -> int:

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.state.context import Context
+from ctxgraph.store.memory.progress import store_get_op, store_put_op
 from ctxgraph.store.namespaces import memory_queue
 from ctxgraph.store.persistence.listing import list_namespace
 
@@ -65,6 +66,31 @@ class MemoryQueue:
     def __init__(self, store: BaseStore) -> None:
         self._store = store
 
+    # -- batched use: read with ``get_op``, merge with ``pending``, write with ``put_op`` --
+
+    def get_op(self, thread_id: str) -> GetOp:
+        """The Store read of a thread's pending item, to batch with other reads."""
+        return store_get_op(self._store, memory_queue(), thread_id)
+
+    @staticmethod
+    def pending(
+        thread_id: str,
+        context: Context,
+        rows: Sequence[dict[str, str]],
+        waiting: Item | None,
+        *,
+        now: datetime | None = None,
+    ) -> PendingExtraction:
+        """The item after adding ``rows`` to what ``get_op`` read (``waiting``)."""
+        earlier = PendingExtraction.from_value(waiting.value).rows if waiting else []
+        return PendingExtraction(
+            thread_id, context, merge_rows(earlier, rows), now or datetime.now(UTC)
+        )
+
+    def put_op(self, pending: PendingExtraction) -> PutOp:
+        """The Store write of ``pending``, to batch with other writes."""
+        return store_put_op(self._store, memory_queue(), pending.thread_id, pending.to_value())
+
     def enqueue(
         self,
         thread_id: str,
@@ -74,11 +100,8 @@ class MemoryQueue:
         now: datetime | None = None,
     ) -> PendingExtraction:
         """Add rows for a thread, merging with what is already waiting (debounce)."""
-        item = self._store.get(memory_queue(), thread_id)
-        waiting = PendingExtraction.from_value(item.value).rows if item else []
-        pending = PendingExtraction(
-            thread_id, context, merge_rows(waiting, rows), now or datetime.now(UTC)
-        )
+        waiting = self._store.get(memory_queue(), thread_id)
+        pending = self.pending(thread_id, context, rows, waiting, now=now)
         self._store.put(memory_queue(), thread_id, pending.to_value(), index=False)
         return pending
 
@@ -91,11 +114,8 @@ class MemoryQueue:
         now: datetime | None = None,
     ) -> PendingExtraction:
         """Async :meth:`enqueue`."""
-        item = await self._store.aget(memory_queue(), thread_id)
-        waiting = PendingExtraction.from_value(item.value).rows if item else []
-        pending = PendingExtraction(
-            thread_id, context, merge_rows(waiting, rows), now or datetime.now(UTC)
-        )
+        waiting = await self._store.aget(memory_queue(), thread_id)
+        pending = self.pending(thread_id, context, rows, waiting, now=now)
         await self._store.aput(memory_queue(), thread_id, pending.to_value(), index=False)
         return pending
 

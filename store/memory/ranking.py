@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
-
-from langgraph.store.base import SearchItem
 
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
-from ctxgraph.store.search.hybrid import fuse
+from ctxgraph.store.search.hybrid import Semantic, fuse
 from ctxgraph.store.search.index import Hit
 from ctxgraph.store.search.scoring import AgeFrom, final_score
 
@@ -24,11 +22,15 @@ LeadingFact = tuple[FactScope, str, Mapping[str, Any]]
 
 @dataclass(frozen=True)
 class Source:
-    """One namespace's candidates: BM25 hits and, in hybrid mode, semantic neighbours."""
+    """One namespace's candidates: BM25 hits and, in hybrid mode, semantic neighbours.
+
+    ``semantic`` also carries the BM25 of the neighbours and the similarity of the hits
+    that the other list missed, so every candidate is fused on both signals.
+    """
 
     scope: FactScope
     hits: list[Hit]
-    semantic: list[SearchItem] | None = None
+    semantic: Semantic | None = None
 
 
 def check_search(query: object, top_k: object) -> None:
@@ -53,22 +55,35 @@ def rank(
 
     Ties go to the newer fact, then to the smaller id.
     """
-    scored: list[Fact] = []
+    current = now if now is not None else datetime.now(UTC)
+    moment_key = "confirmed_at" if age_from == "confirmed" else "created_at"
+    scored: list[tuple[float, float, str, FactScope, Mapping[str, Any]]] = []
     for source in sources:
         values: dict[str, Mapping[str, Any]] = {key: value for key, _, value in source.hits}
         lexical = [(key, raw) for key, raw, _ in source.hits]
         if source.semantic is None:
             raw_scores = dict(lexical)
         else:
-            near = [item for item in source.semantic if (item.score or 0.0) > 0]
-            values.update({item.key: item.value for item in near if item.key not in values})
-            raw_scores = fuse(lexical, near)
+            raw_scores = fuse(lexical, source.semantic)
+            near = {item.key: item.value for item in source.semantic.items}
+            values.update({key: near[key] for key in raw_scores if key not in values})
         for key, raw in raw_scores.items():
-            fact = fact_from_value(key, values[key], source.scope)
-            moment = fact.confirmed_at if age_from == "confirmed" else fact.created_at
-            scored.append(replace(fact, score=final_score(raw, fact.confidence, moment, now)))
-    scored.sort(key=lambda fact: (-fact.score, -fact.created_at.timestamp(), fact.id))
-    return scored[:top_k]
+            # Score from the stored value; only the winners become Fact records.
+            value = values[key]
+            created = datetime.fromisoformat(value["created_at"])
+            moment = created if moment_key == "created_at" else value[moment_key]
+            score = final_score(raw, float(value.get("confidence", 0.0)), moment, current)
+            scored.append((score, _timestamp(created), key, source.scope, value))
+    scored.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
+    return [
+        replace(fact_from_value(key, value, scope), score=score)
+        for score, _, key, scope, value in scored[:top_k]
+    ]
+
+
+def _timestamp(moment: datetime) -> float:
+    """POSIX time of ``moment``, a naive time read as UTC (as ``final_score`` reads it)."""
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def leading_facts(matches: Sequence[Fact], leading: Sequence[LeadingFact]) -> list[Fact]:

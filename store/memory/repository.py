@@ -37,6 +37,7 @@ from ctxgraph.store.memory.rules import (
 from ctxgraph.store.namespaces import project_facts, user_facts, user_profile
 from ctxgraph.store.search.hybrid import (
     FACT_INDEX_FIELDS,
+    QuerySimilarity,
     asemantic_hits,
     semantic_enabled,
     semantic_hits,
@@ -63,6 +64,16 @@ BATCH = 500
 
 CANDIDATES = 64
 """Facts of each kind (corrections, matches, most confident) offered to the memory view."""
+
+
+def candidate_pool(top_k: int) -> int:
+    """Candidates per namespace reranked for a search of ``top_k`` results.
+
+    At least twice ``CANDIDATES``, so ``search`` (any ``top_k`` up to ``CANDIDATES``) and
+    ``memory_candidates`` rerank the same facts and agree on order.
+    """
+    return max(2 * top_k, 2 * CANDIDATES)
+
 
 HISTORY_LIMIT = 5
 """Previous contents kept per fact key."""
@@ -452,16 +463,17 @@ class MemoryRepository:
     ) -> list[Fact]:
         """Facts of this user and agent (and project) ranked for ``query``, best first.
 
-        BM25 picks about ``2 * top_k`` candidates per namespace (facts tied with the last
-        one included); when the Store has a vector index, as many semantic neighbours join
-        them (``store.hybrid``). Candidates are reranked by ``store.search.final_score``
+        BM25 picks ``candidate_pool(top_k)`` candidates per namespace (facts tied with the
+        last one included); when the Store has a vector index, as many semantic neighbours
+        join them (``store.hybrid``). The pool is the one the memory view ranks, so both
+        put the same fact first. Candidates are reranked by ``store.search.final_score``
         (relevance decayed by age, plus confidence); each result carries its ``score``.
         ``age_from`` overrides ``Settings.memory_age_from`` (from the context's settings,
         else the default). The index is refreshed from the Store first, so a fact written
         by any process sharing the Store is found.
         """
         check_search(query, top_k)
-        sources, _ = self._sources(context, query, 2 * top_k)
+        sources, _ = self._sources(context, query, candidate_pool(top_k))
         return rank(sources, top_k, now, age_from_of(context, age_from))
 
     def _sources(
@@ -470,16 +482,34 @@ class MemoryRepository:
         """Candidates per namespace, each namespace refreshed once.
 
         ``limit`` BM25 (and semantic) candidates for ``query`` and, with ``leading``, that
-        many of the most confident corrections and facts.
+        many of the most confident corrections and facts. In hybrid mode the Store's
+        neighbours are asked for first, so the index refresh that follows covers them and
+        gives their exact BM25; the BM25 hits they miss get their similarity (the query
+        embedded once for every namespace).
         """
         terms = tokenize(query)
         hybrid = semantic_enabled(self.store) and bool(query.strip())
+        similarity = QuerySimilarity(self.store, query) if hybrid else None
         sources: list[Source] = []
         first: list[LeadingFact] = []
         for namespace, scope in self._search_scopes(context):
-            found = fact_index_cache.lookup(self.store, namespace, terms, limit, leading=leading)
-            near = semantic_hits(self.store, namespace, query, limit) if hybrid else None
-            sources.append(Source(scope, found.hits, near))
+            if similarity is None:
+                found = fact_index_cache.lookup(
+                    self.store, namespace, terms, limit, leading=leading
+                )
+                sources.append(Source(scope, found.hits))
+            else:
+                near = semantic_hits(self.store, namespace, query, limit)
+                found = fact_index_cache.lookup(
+                    self.store,
+                    namespace,
+                    terms,
+                    limit,
+                    leading=leading,
+                    extra_keys=[item.key for item in near.items],
+                )
+                semantic = similarity.complete(near, found.hits, found.extra)
+                sources.append(Source(scope, found.hits, semantic))
             first += [(scope, key, value) for key, value in found.leading]
         return sources, first
 
@@ -489,14 +519,27 @@ class MemoryRepository:
         """Async :meth:`_sources`."""
         terms = tokenize(query)
         hybrid = semantic_enabled(self.store) and bool(query.strip())
+        similarity = QuerySimilarity(self.store, query) if hybrid else None
         sources: list[Source] = []
         first: list[LeadingFact] = []
         for namespace, scope in self._search_scopes(context):
-            found = await fact_index_cache.alookup(
-                self.store, namespace, terms, limit, leading=leading
-            )
-            near = await asemantic_hits(self.store, namespace, query, limit) if hybrid else None
-            sources.append(Source(scope, found.hits, near))
+            if similarity is None:
+                found = await fact_index_cache.alookup(
+                    self.store, namespace, terms, limit, leading=leading
+                )
+                sources.append(Source(scope, found.hits))
+            else:
+                near = await asemantic_hits(self.store, namespace, query, limit)
+                found = await fact_index_cache.alookup(
+                    self.store,
+                    namespace,
+                    terms,
+                    limit,
+                    leading=leading,
+                    extra_keys=[item.key for item in near.items],
+                )
+                semantic = await similarity.acomplete(near, found.hits, found.extra)
+                sources.append(Source(scope, found.hits, semantic))
             first += [(scope, key, value) for key, value in found.leading]
         return sources, first
 
@@ -511,27 +554,44 @@ class MemoryRepository:
     ) -> list[Fact]:
         """Async :meth:`search`."""
         check_search(query, top_k)
-        sources, _ = await self._asources(context, query, 2 * top_k)
+        sources, _ = await self._asources(context, query, candidate_pool(top_k))
         return rank(sources, top_k, now, age_from_of(context, age_from))
 
     def memory_candidates(
-        self, context: Context, query: str | None, *, limit: int = CANDIDATES
+        self,
+        context: Context,
+        query: str | None,
+        *,
+        limit: int = CANDIDATES,
+        now: datetime | None = None,
+        age_from: AgeFrom | None = None,
     ) -> list[Fact]:
-        """Facts worth offering to the memory view: matches, corrections and confident ones.
+        """Facts worth offering to the memory view, in the order the view should use.
 
-        Up to ``limit`` of each: the best search matches for ``query``, the most confident
-        corrections and the most confident facts, without duplicates. Read through the
-        same fresh index as :meth:`search`, so a fact stored by any process is seen at once.
+        First the best search matches for ``query``, ranked exactly as :meth:`search`
+        ranks them (same candidates, same ``final_score``), so the view and
+        ``memory_search`` agree on which fact comes first. Then the most confident
+        corrections and the most confident facts not already matched, up to ``limit``
+        of each. Read through the same fresh index as :meth:`search`, so a fact stored by
+        any process is seen at once. ``age_from`` as in :meth:`search`.
         """
-        sources, first = self._sources(context, query or "", 2 * limit, leading=limit)
-        return leading_facts(rank(sources, limit, None, age_from_of(context, None)), first)
+        sources, first = self._sources(context, query or "", candidate_pool(limit), leading=limit)
+        return leading_facts(rank(sources, limit, now, age_from_of(context, age_from)), first)
 
     async def amemory_candidates(
-        self, context: Context, query: str | None, *, limit: int = CANDIDATES
+        self,
+        context: Context,
+        query: str | None,
+        *,
+        limit: int = CANDIDATES,
+        now: datetime | None = None,
+        age_from: AgeFrom | None = None,
     ) -> list[Fact]:
         """Async :meth:`memory_candidates`."""
-        sources, first = await self._asources(context, query or "", 2 * limit, leading=limit)
-        return leading_facts(rank(sources, limit, None, age_from_of(context, None)), first)
+        sources, first = await self._asources(
+            context, query or "", candidate_pool(limit), leading=limit
+        )
+        return leading_facts(rank(sources, limit, now, age_from_of(context, age_from)), first)
 
     def forget(self, context: Context, key: str) -> bool:
         """Delete ``key`` from the user's facts, else from the project's; True if deleted."""
@@ -621,3 +681,16 @@ class MemoryRepository:
             await self.alist_user_facts(context),
             await self.alist_project_facts(context),
         )
+
+    # -- batched reads ------------------------------------------------------------------
+
+    def profile_op(self, context: Context) -> GetOp:
+        """The Store read of the user's profile, to batch with other reads."""
+        config = self.store.ttl_config
+        refresh = config.get("refresh_on_read", True) if config is not None else True
+        return GetOp(user_profile(context.user_id), PROFILE_KEY, refresh)
+
+    @staticmethod
+    def profile_of(item: Item | None) -> dict[str, str]:
+        """The profile sections in what :meth:`profile_op` read (as :meth:`get_profile`)."""
+        return _sections(item)

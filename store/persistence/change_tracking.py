@@ -18,7 +18,7 @@ import psycopg
 import psycopg.errors
 
 __all__ = [
-    "CHANGED_KEYS_QUERY",
+    "CHANGED_ROWS_QUERY",
     "STORE_TABLE",
     "STORE_TABLE_COLUMNS",
     "STORE_TABLE_KEY",
@@ -99,8 +99,13 @@ _INSTALLED = (
 VERSION_QUERY = f"SELECT version FROM {TABLE} WHERE prefix = %s"
 """The change counter of one namespace prefix (no row: never changed since installed)."""
 
-CHANGED_KEYS_QUERY = f"SELECT key FROM {CHANGES} WHERE prefix = %s AND version > %s"
-"""Keys of one namespace written or deleted after a given counter value."""
+CHANGED_ROWS_QUERY = (
+    f"SELECT c.key, s.value, s.updated_at FROM {CHANGES} c "
+    f"LEFT JOIN {STORE_TABLE} s ON s.prefix = c.prefix AND s.key = c.key "
+    "WHERE c.prefix = %s AND c.version > %s"
+)
+"""Keys of one namespace written or deleted after a given counter value, with their
+stored rows, in one round trip; a key with no row (NULL value) was deleted."""
 
 tracking_probe = _INSTALLED
 """A query whose ``ready`` column is true when the counter, log and trigger are installed."""

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Bm25Index"]
 
+PATCH_LIMIT = 32
+"""Above this many documents in one ``update``, the cached term arrays they touch are
+dropped (the next query that needs one rebuilds it) instead of patched one by one."""
+
 
 class Bm25Index:
     """BM25 over documents keyed by id; ``add`` and ``remove`` touch only their terms.
@@ -22,8 +26,10 @@ class Bm25Index:
     Postings are kept per term as ``{slot: term frequency}`` and turned into numpy arrays
     when a query first needs them, so a query costs a few vector operations per query
     term. Length normalization and idf are computed at query time, which keeps updates
-    local. Removed documents leave a free slot until the index is more than half empty,
-    when it is packed again. numpy is imported by the first query, not with the module.
+    local: a single change patches the cached arrays of its own terms and its slot of the
+    document lengths, so the next query rebuilds nothing. Removed documents leave a free
+    slot until the index is more than half empty, when it is packed again. numpy is
+    imported by the first query, not with the module.
     """
 
     def __init__(
@@ -37,6 +43,7 @@ class Bm25Index:
             raise ValueError(f"BM25 needs k1 > 0 and 0 <= b <= 1, got k1={k1!r}, b={b!r}")
         self._k1 = k1
         self._b = b
+        self._bulk = False
         self._reset()
         for doc_id, tokens in (documents or {}).items():
             self.add(doc_id, tokens)
@@ -49,6 +56,7 @@ class Bm25Index:
         self._total_length = 0
         self._postings: dict[str, dict[int, int]] = {}
         self._arrays: dict[str, Arrays] = {}
+        # Document length per slot, from the first query on; grown by doubling.
         self._length_array: npt.NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
@@ -70,7 +78,7 @@ class Bm25Index:
         self._total_length += len(tokens)
         for term, count in counts.items():
             self._postings.setdefault(term, {})[slot] = count
-        self._changed(counts)
+        self._patch(counts, slot, added=True)
 
     def remove(self, doc_id: str) -> None:
         """Forget ``doc_id``; unknown ids are ignored."""
@@ -87,21 +95,52 @@ class Bm25Index:
         self._ids[slot] = None
         self._terms[slot] = Counter()
         self._lengths[slot] = 0
-        self._changed(counts)
+        self._patch(counts, slot, added=False)
         if len(self._slots) * 2 < len(self._ids):
             self._pack()
 
     def update(self, added: Mapping[str, Sequence[str]], removed: Iterable[str]) -> None:
         """Remove ``removed`` and (re-)index ``added``."""
-        for doc_id in removed:
-            self.remove(doc_id)
-        for doc_id, tokens in added.items():
-            self.add(doc_id, tokens)
+        removed = list(removed)
+        self._bulk = len(added) + len(removed) > PATCH_LIMIT
+        try:
+            for doc_id in removed:
+                self.remove(doc_id)
+            for doc_id, tokens in added.items():
+                self.add(doc_id, tokens)
+        finally:
+            self._bulk = False
 
-    def _changed(self, terms: Iterable[str]) -> None:
-        for term in terms:
-            self._arrays.pop(term, None)
-        self._length_array = None
+    def _patch(self, counts: Counter[str], slot: int, *, added: bool) -> None:
+        """Bring what queries cached up to date with ``slot`` being added or removed."""
+        lengths = self._length_array
+        if lengths is not None:
+            if slot >= len(lengths):
+                import numpy as np
+
+                grown = np.zeros(max(2 * len(lengths), slot + 1), dtype=np.float64)
+                grown[: len(lengths)] = lengths
+                self._length_array = lengths = grown
+            lengths[slot] = self._lengths[slot]
+        cached = [term for term in counts if term in self._arrays]
+        if not cached:
+            return
+        if self._bulk:
+            for term in cached:
+                del self._arrays[term]
+            return
+        import numpy as np
+
+        for term in cached:
+            slots, values = self._arrays[term]
+            if term not in self._postings:
+                del self._arrays[term]
+            elif added:
+                count = float(counts[term])
+                self._arrays[term] = (np.append(slots, slot), np.append(values, count))
+            else:
+                keep = slots != slot
+                self._arrays[term] = (slots[keep], values[keep])
 
     def _pack(self) -> None:
         live = [(doc_id, self._terms[slot]) for doc_id, slot in self._slots.items()]
@@ -149,6 +188,37 @@ class Bm25Index:
 
         totals = self._totals(query)
         return {self._id(int(slot)): float(totals[slot]) for slot in np.flatnonzero(totals)}
+
+    def scores_for(self, query: Sequence[str], ids: Iterable[str]) -> dict[str, float]:
+        """BM25 relevance (positive; 0.0 when no term matches) of each indexed id of ``ids``.
+
+        Exactly what :meth:`scores` would give those documents, computed from their own
+        term counts: the cost is per id and query term, never a pass over the index.
+        Unknown ids are left out.
+        """
+        slots = {doc_id: self._slots[doc_id] for doc_id in ids if doc_id in self._slots}
+        if not slots:
+            return {}
+        documents = len(self._slots)
+        average = self._total_length / documents
+        k1, b = self._k1, self._b
+        weights: list[tuple[str, float]] = []
+        for term, repeats in Counter(query).items():
+            postings = self._postings.get(term)
+            if postings:
+                idf = math.log(1 + (documents - len(postings) + 0.5) / (len(postings) + 0.5))
+                weights.append((term, idf * repeats))
+        found: dict[str, float] = {}
+        for doc_id, slot in slots.items():
+            counts, total = self._terms[slot], 0.0
+            for term, weight in weights:
+                count = counts.get(term)
+                if count:
+                    # The same operations, in the same order, as ``_totals``: equal floats.
+                    norm = k1 * (1 - b + b * self._lengths[slot] / average) if average else k1
+                    total += weight * count * (k1 + 1) / (count + norm)
+            found[doc_id] = total
+        return found
 
     def _id(self, slot: int) -> str:
         doc_id = self._ids[slot]

@@ -17,7 +17,15 @@ import json
 import math
 import threading
 import weakref
-from collections.abc import AsyncIterator, Generator, Hashable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Generator,
+    Hashable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +38,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ctxgraph.store.persistence.change_tracking import (
-    CHANGED_KEYS_QUERY,
+    CHANGED_ROWS_QUERY,
     VERSION_QUERY,
     row_version,
     tracking_probe,
@@ -52,6 +60,9 @@ class Lookup(NamedTuple):
     """The best BM25 matches, best first."""
     leading: list[tuple[str, Mapping[str, Any]]]
     """The most confident corrections, then the most confident facts, without repeats."""
+    extra: dict[str, float]
+    """Raw BM25 (FTS5 sign; 0.0 when no term matches) of each of the ``extra_keys`` that
+    is indexed, from the same refresh as ``hits``."""
 
 
 _AGGREGATE = (
@@ -305,13 +316,16 @@ class FactIndexCache:
         limit: int,
         *,
         leading: int = 0,
+        extra_keys: Iterable[str] = (),
     ) -> Lookup:
         """Refresh once, then answer for ``terms`` and the leading facts.
 
-        The best ``limit`` BM25 matches (plus any tied with the last one) and, with
-        ``leading``, that many of the most confident corrections and facts.
+        The best ``limit`` BM25 matches (plus any tied with the last one), with
+        ``leading`` that many of the most confident corrections and facts, and the exact
+        BM25 of each of ``extra_keys`` (candidates found another way, e.g. by vector
+        search), computed from those documents alone.
         """
-        return _lookup(self._fresh(store, namespace), terms, limit, leading)
+        return _lookup(self._fresh(store, namespace), terms, limit, leading, extra_keys)
 
     async def alookup(
         self,
@@ -321,9 +335,11 @@ class FactIndexCache:
         limit: int,
         *,
         leading: int = 0,
+        extra_keys: Iterable[str] = (),
     ) -> Lookup:
         """Async :meth:`lookup`."""
-        return _lookup(await self._afresh(store, namespace), terms, limit, leading)
+        space = await self._afresh(store, namespace)
+        return _lookup(space, terms, limit, leading, extra_keys)
 
     def values(
         self, store: BaseStore, namespace: tuple[str, ...]
@@ -342,13 +358,21 @@ class FactIndexCache:
             return [(key, doc.value) for key, doc in space.docs.items()]
 
 
-def _lookup(space: _Namespace, terms: Sequence[str], limit: int, leading: int) -> Lookup:
+def _lookup(
+    space: _Namespace,
+    terms: Sequence[str],
+    limit: int,
+    leading: int,
+    extra_keys: Iterable[str] = (),
+) -> Lookup:
     with space.lock:
         hits = space.index.search(terms, limit, ties=True) if terms else []
         first = [*space.corrections.first(leading), *space.ranked.first(leading)]
+        extra = space.index.scores_for(terms, extra_keys)
         return Lookup(
             [(key, raw, space.docs[key].value) for key, raw in hits],
             [(key, space.docs[key].value) for key in dict.fromkeys(first)],
+            {key: -score if score else 0.0 for key, score in extra.items()},
         )
 
 
@@ -388,7 +412,9 @@ def _refresh_plan(
     """The queries that bring ``space`` up to date, as a generator fed each query's rows.
 
     Sync and async callers run the same plan. With change tracking the log names the keys
-    written since the index's counter; without it, every key's update time is compared.
+    written since the index's counter and they are read in the same query (two round
+    trips in all after a write, one when nothing changed); without it, every key's update
+    time is compared.
     """
     rows = yield (VERSION_QUERY if tracked else _AGGREGATE, (prefix,))
     version = _version(rows[0] if rows else None, tracked)
@@ -396,21 +422,17 @@ def _refresh_plan(
         return None
     since = _counter(space.version) if tracked and space.loaded else None
     if since is not None:
-        changed = [row["key"] for row in (yield (CHANGED_KEYS_QUERY, (prefix, since)))]
-        removed: list[str] = []
-    else:
-        stamps = {row["key"]: _stamp(row["updated_at"]) for row in (yield (_STAMPS, (prefix,)))}
-        changed, removed = space.stale(stamps)
+        logged = yield (CHANGED_ROWS_QUERY, (prefix, since))
+        stored = [row for row in logged if row["value"] is not None]
+        gone = [row["key"] for row in logged if row["value"] is None]
+        return Changes(version, _rows(stored), gone)
+    stamps = {row["key"]: _stamp(row["updated_at"]) for row in (yield (_STAMPS, (prefix,)))}
+    changed, removed = space.stale(stamps)
     if not changed:
         return Changes(version, [], removed)
     every = len(changed) > _MANY
     query: Query = (_ALL_ROWS, (prefix,)) if every else (_SOME_ROWS, (prefix, changed))
-    found = _rows((yield query))
-    if since is not None:
-        # A logged key that is no longer stored was deleted.
-        present = {key for key, _, _ in found}
-        removed = [key for key in (space.docs if every else changed) if key not in present]
-    return Changes(version, found, removed)
+    return Changes(version, _rows((yield query)), removed)
 
 
 def _counter(version: Hashable) -> int | None:
@@ -438,7 +460,8 @@ def _rows(rows: list[Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
 
 def _listing_changes(space: _Namespace, items: list[Any]) -> Changes | None:
     stamps = {item.key: _stamp(item.updated_at) for item in items}
-    version = tuple(sorted(stamps.items()))
+    # Compared as a set: a listing is already a pass over every fact; no sort on top.
+    version = frozenset(stamps.items())
     if space.loaded and version == space.version:
         return None
     changed, removed = space.stale(stamps)

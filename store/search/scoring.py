@@ -17,6 +17,7 @@ __all__ = [
     "CONFIDENCE_WEIGHT",
     "DECAY_GRACE_DAYS",
     "DECAY_RATE",
+    "TIME_FACTOR_FLOOR",
     "AgeFrom",
     "Bm25Index",
     "age_days",
@@ -31,6 +32,15 @@ DECAY_GRACE_DAYS = 30
 
 DECAY_RATE = 0.01
 """Per-day exponential decay of text relevance after the grace period."""
+
+TIME_FACTOR_FLOOR = 0.5
+"""Lowest value of T(d): age may halve a fact's text relevance, never bury it.
+
+The unbounded factor leaves a one-year-old fact about 4% of its relevance, so a weak match
+from last week outranks the memory a query is plainly about. With the floor, an older fact
+loses to a newer one only if the newer one has more than half its relevance (give or take
+the confidence term, at most 0.2). The floor is reached after about 99 days.
+"""
 
 CONFIDENCE_WEIGHT = 0.2
 """Weight of a fact's confidence in the final score."""
@@ -133,10 +143,10 @@ def age_days(moment: datetime | str, now: datetime | None = None) -> int:
 
 
 def time_factor(days: int) -> float:
-    """T(d): 1 within the grace period, then ``exp(-0.01 (d - 30))``."""
+    """T(d): 1 within the grace period, then ``max(0.5, exp(-0.01 (d - 30)))``."""
     if days < DECAY_GRACE_DAYS:
         return 1.0
-    return math.exp(-DECAY_RATE * (days - DECAY_GRACE_DAYS))
+    return max(TIME_FACTOR_FLOOR, math.exp(-DECAY_RATE * (days - DECAY_GRACE_DAYS)))
 
 
 def final_score(
@@ -145,7 +155,9 @@ def final_score(
     """``-raw_bm25 * T(d) + 0.2 * confidence``; ``raw_bm25`` is negative for a match.
 
     ``raw_bm25`` follows SQLite FTS5's sign (lower is better), so ``-raw_bm25`` is the
-    relevance R. Only relevance decays with age; confidence does not.
+    relevance R. Only relevance decays with age, and at most by half (``time_factor``):
+    age reorders facts of similar relevance, it does not bury a clearly better match.
+    Confidence does not decay.
     """
     return -raw_bm25 * time_factor(age_days(created_at, now)) + CONFIDENCE_WEIGHT * confidence
 
