@@ -7,7 +7,7 @@ import os
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -41,24 +41,39 @@ _AsyncHandler = Callable[..., Awaitable[Any]]
 """The async twin of ``_Handler``."""
 
 
-def _node(sync: _Handler, async_: _AsyncHandler, *, name: str) -> RunnableLambda[AgentState, Any]:
+class PairedNode(Runnable[AgentState, Any]):
     """A graph node whose ``invoke`` runs ``sync`` and whose ``ainvoke`` runs ``async_``.
 
     Both bodies get the state and, as LangGraph gives plain function nodes, the run's
-    ``runtime`` and (when they declare a ``config`` parameter) its ``config``.
+    ``runtime`` and (when they declare a ``config`` parameter) its ``config``. Like a
+    plain function node, it opens no callback run of its own: LangGraph's task run for
+    the node already covers it, and a second run per node costs a noticeable share of
+    each step.
     """
-    sync_config = "config" in inspect.signature(sync).parameters
-    async_config = "config" in inspect.signature(async_).parameters
 
-    def run(state: AgentState, config: RunnableConfig) -> Any:
-        extra = {"config": config} if sync_config else {}
-        return sync(state, runtime=get_runtime(Context), **extra)
+    def __init__(self, sync: _Handler, async_: _AsyncHandler, *, name: str) -> None:
+        self.name = name
+        self._sync = sync
+        self._async = async_
+        self._sync_config = "config" in inspect.signature(sync).parameters
+        self._async_config = "config" in inspect.signature(async_).parameters
 
-    async def arun(state: AgentState, config: RunnableConfig) -> Any:
-        extra = {"config": config} if async_config else {}
-        return await async_(state, runtime=get_runtime(Context), **extra)
+    def invoke(self, input: AgentState, config: RunnableConfig | None = None, **_: Any) -> Any:
+        """Run the sync body."""
+        extra = {"config": ensure_config(config)} if self._sync_config else {}
+        return self._sync(input, runtime=get_runtime(Context), **extra)
 
-    return RunnableLambda(run, afunc=arun, name=name)
+    async def ainvoke(
+        self, input: AgentState, config: RunnableConfig | None = None, **_: Any
+    ) -> Any:
+        """Run the async body."""
+        extra = {"config": ensure_config(config)} if self._async_config else {}
+        return await self._async(input, runtime=get_runtime(Context), **extra)
+
+
+def _node(sync: _Handler, async_: _AsyncHandler, *, name: str) -> PairedNode:
+    """The node running ``sync`` in sync runs and ``async_`` in async runs."""
+    return PairedNode(sync, async_, name=name)
 
 
 def create_builder(
