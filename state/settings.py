@@ -182,6 +182,48 @@ class Settings:
             "(get_, list_, search, lookup, ...)."
         },
     )
+    offload_tokens: int = field(
+        default=20_000,
+        metadata={
+            "description": "A tool result longer than this many tokens (or a quarter of the "
+            "known input window, whichever is lower) is stored as a thread artifact and "
+            "replaced by a short stub with its ref; 0 turns tool-result offloading off."
+        },
+    )
+    offload_tool_tokens: tuple[tuple[str, int], ...] = field(
+        default=(),
+        metadata={
+            "description": "Per-tool offload thresholds as (tool name, tokens) pairs (a "
+            "mapping is accepted too); 0 never offloads that tool's results."
+        },
+    )
+    offload_input_tokens: int = field(
+        default=50_000,
+        metadata={
+            "description": "A user message longer than this many tokens is stored as a "
+            "thread artifact and replaced in the window by its head, tail and ref; 0 turns "
+            "input offloading off."
+        },
+    )
+    offload_args_fraction: float = field(
+        default=0.85,
+        metadata={
+            "description": "When the next request reaches this fraction of the input window "
+            "or of trigger_tokens, long string arguments of tool calls outside the kept "
+            "window are stored as artifacts and replaced by a placeholder with the ref."
+        },
+    )
+    offload_args_min_tokens: int = field(
+        default=500,
+        metadata={"description": "Shortest tool-call string argument that is offloaded."},
+    )
+    artifact_quota_bytes: int = field(
+        default=200_000_000,
+        metadata={
+            "description": "Bytes of artifacts a thread may keep; beyond it the oldest "
+            "artifacts that nothing in the window or the record refers to are evicted."
+        },
+    )
 
     def __new__(cls, **given: Any) -> Self:
         """Record the names of the given fields, then build as usual."""
@@ -284,6 +326,43 @@ class Settings:
         _require_int(
             "memory_search_max_tokens", self.memory_search_max_tokens, minimum=50, example=900
         )
+        _require_int("offload_tokens", self.offload_tokens, minimum=0, example=20_000)
+        overrides = self.offload_tool_tokens
+        if isinstance(overrides, Mapping):
+            overrides = tuple(sorted(overrides.items()))
+            object.__setattr__(self, "offload_tool_tokens", overrides)
+        elif isinstance(overrides, list):  # JSON pairs from a LangGraph server
+            overrides = tuple(tuple(pair) if isinstance(pair, list) else pair for pair in overrides)
+            object.__setattr__(self, "offload_tool_tokens", overrides)
+        if not isinstance(overrides, tuple) or not all(
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and _is_int(pair[1])
+            and pair[1] >= 0
+            for pair in overrides
+        ):
+            raise SettingsError(
+                "Settings.offload_tool_tokens must map tool names to whole numbers of tokens "
+                f"(0 or more), for example {{'read_file': 40000}}, got {overrides!r}"
+            )
+        _require_int("offload_input_tokens", self.offload_input_tokens, minimum=0, example=50_000)
+        fraction_args = self.offload_args_fraction
+        if (
+            isinstance(fraction_args, bool)
+            or not isinstance(fraction_args, (int, float))
+            or not 0 < fraction_args <= 1
+        ):
+            raise SettingsError(
+                "Settings.offload_args_fraction must be a number in (0, 1], for example "
+                f"0.85, got {fraction_args!r}"
+            )
+        _require_int(
+            "offload_args_min_tokens", self.offload_args_min_tokens, minimum=1, example=500
+        )
+        _require_int(
+            "artifact_quota_bytes", self.artifact_quota_bytes, minimum=1, example=200_000_000
+        )
         if not isinstance(self.read_only_tools, tuple) or not all(
             isinstance(name, str) for name in self.read_only_tools
         ):
@@ -319,6 +398,17 @@ class Settings:
         naming the fields. Results are cached, so calling this for every node is cheap.
         """
         return _merge(base, base.explicit_fields, self, self.explicit_fields)
+
+    def offload_threshold(self, tool_name: str, window: int | None) -> int:
+        """Tokens above which ``tool_name``'s result is offloaded; 0 means never.
+
+        The per-tool override, else ``offload_tokens``; capped at a quarter of a known
+        input ``window``.
+        """
+        limit = dict(self.offload_tool_tokens).get(tool_name, self.offload_tokens)
+        if limit == 0:
+            return 0
+        return min(limit, window // 4) if window else limit
 
     @property
     def ledger_budget(self) -> int:
