@@ -1,0 +1,1 @@
+"""Context offloading: large tool results, large inputs and old tool arguments become artifacts."""
