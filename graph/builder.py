@@ -23,6 +23,8 @@ from ctxgraph.nodes.memory.load import MemoryLoader
 from ctxgraph.nodes.memory.node import MemoryNodes
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.model import ModelNode
+from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
+from ctxgraph.nodes.offload.results import ResultOffloader
 from ctxgraph.nodes.request import RequestBuilder
 from ctxgraph.nodes.routing import AfterTools, route_after_model
 from ctxgraph.nodes.tools import read_history_tool, tools_node
@@ -107,7 +109,7 @@ def create_builder(
     )
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(all_tools))
+    builder.add_node("tools", tools_node(all_tools, [ResultOffloader(models.main, settings)]))
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
@@ -146,8 +148,12 @@ def create_builder(
 def _with_builtin_tools(
     tools: Sequence[BaseTool], settings: Settings, *, memory_search: bool
 ) -> list[BaseTool]:
-    """The caller's tools plus ``read_history`` (and ``memory_search``); names must be unique."""
-    all_tools = [*tools, read_history_tool()]
+    """The caller's tools plus the built-in readers (and ``memory_search``); names are unique.
+
+    The readers are ``read_history`` (archived messages) and ``read_artifact`` and
+    ``grep_artifact`` (offloaded content).
+    """
+    all_tools = [*tools, read_history_tool(), read_artifact_tool(), grep_artifact_tool()]
     if memory_search:
         all_tools.append(memory_search_tool(settings))
     names = [t.name for t in all_tools]

@@ -443,11 +443,12 @@ def test_failed_compaction_over_the_window_raises_naming_the_largest_message(
     main = ScriptedChatModel(responder=Dispatch(order_agent(plan), summary=refuse))
     settings = Settings(
         memory_extraction=NO_MEMORY,
-        context_window=1000,
-        trigger_tokens=800,
+        context_window=1_600,
+        trigger_tokens=1_400,
         summary_max_tokens=300,
         ledger_max_tokens=300,
         keep_messages=2,
+        offload_tokens=0,  # the report stays in the window (it would be offloaded otherwise)
     )
     session = make_session(
         main=main, summarizer=summarizer, settings=settings, tools=(lookup_order, fetch_report)
@@ -467,7 +468,7 @@ def test_failed_compaction_over_the_window_raises_naming_the_largest_message(
     assert str(report.content).startswith("report q3: quarterly revenue")
     message = str(raised.value)
     assert re.search(
-        r"the request is \d+ tokens, over the main model's input window of 1000", message
+        r"the request is \d+ tokens, over the main model's input window of 1600", message
     )
     size = TokenCounter().count_message(report)
     assert message.endswith(

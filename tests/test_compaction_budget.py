@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -32,6 +33,16 @@ def send_email(to: str) -> str:
     return f"sent to {to}"
 
 
+def request_sizes(main: ScriptedChatModel) -> list[int]:
+    """Tokens of each main-model request, with the schemas of the tools bound to it."""
+    counter = TokenCounter()
+    return [
+        counter.count_messages(messages)
+        + count_text(json.dumps(tools, ensure_ascii=False, sort_keys=True))
+        for messages, tools in zip(main.requests, main.tool_requests, strict=True)
+    ]
+
+
 def agent(messages: list[BaseMessage]) -> AIMessage:
     """Every user turn fetches two reports and sends an e-mail, then answers."""
     last = messages[-1]
@@ -60,7 +71,7 @@ def test_kept_messages_shrink_so_every_request_stays_under_the_trigger(
 ) -> None:
     settings = Settings(
         memory_extraction="off",
-        trigger_tokens=3_000,
+        trigger_tokens=3_600,
         trigger_messages=40,
         keep_messages=8,
         summary_max_tokens=600,
@@ -79,13 +90,11 @@ def test_kept_messages_shrink_so_every_request_stays_under_the_trigger(
     for turn in range(12):
         graph.invoke({"messages": [("user", f"turn {turn}")]}, config, context=Context(user_id="u"))
 
-    counter = TokenCounter()
-    schemas = counter.count_tools([fetch_report, send_email]) + 150  # read_history too
-    sizes = [counter.count_messages(r) + schemas for r in main_requests(main)]
+    sizes = request_sizes(main)
     assert max(sizes) <= settings.trigger_tokens, sizes
     state = graph.get_state(config).values
     assert state["compaction"]["version"] >= 3
-    # keep_messages=8 cannot fit under a 3,000-token trigger with 700-token results, so
+    # keep_messages=8 cannot fit under a 3,600-token trigger with 700-token results, so
     # every compaction kept fewer messages instead of failing verification.
     assert not [r for r in caplog.records if "compaction skipped" in r.getMessage()]
     # The ledger keeps every e-mail (a side effect) in the state...
@@ -138,7 +147,7 @@ def test_a_record_over_the_trigger_is_shrunk_before_the_compaction_is_judged(
     settings = Settings(
         memory_extraction="off",
         memory_mode="off",
-        trigger_tokens=3_000,
+        trigger_tokens=3_600,
         trigger_messages=100,
         keep_messages=2,
         summary_max_tokens=1_400,
@@ -168,6 +177,4 @@ def test_a_record_over_the_trigger_is_shrunk_before_the_compaction_is_judged(
     identifiers = state["summary"]["ledger"]["identifiers"]
     assert 0 < len(identifiers) < 2 * ORDERS_PER_MESSAGE
     assert identifiers[-1] == f"ORD-02{ORDERS_PER_MESSAGE - 1:03d}"
-    counter = TokenCounter()
-    sizes = [counter.count_messages(r) + 150 for r in main_requests(main)]  # read_history
-    assert max(sizes) < settings.trigger_tokens
+    assert max(request_sizes(main)) < settings.trigger_tokens

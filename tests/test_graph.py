@@ -95,7 +95,8 @@ def test_tool_call_round_trip_and_bound_schemas() -> None:
     assert tool_message.content == "order A-7: shipped"
     assert result["messages"][-1].content == "done"
     bound = [t["function"]["name"] for t in model.tool_requests[0]]
-    assert bound == ["lookup_order", "read_history", "memory_search"]
+    builtin = ["read_history", "read_artifact", "grep_artifact", "memory_search"]
+    assert bound == ["lookup_order", *builtin]
     assert model.requests[1][-1] == tool_message
 
 

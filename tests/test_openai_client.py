@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
+from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
 from ctxgraph.nodes.tools import read_history_tool
 from ctxgraph.state import Context, InputState, ModelConfigError, Models, Settings
 from ctxgraph.store.persistence.connection import Persistence
@@ -59,9 +60,17 @@ ASSISTANT_CALL = {
 }
 TOOL_RESULT = {"role": "tool", "content": ORDER_RESULT, "tool_call_id": CALL_ID}
 OPENING = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
-# The built-in tool every ctxgraph graph binds, as the provider receives it.
+# The built-in tools every ctxgraph graph binds, as the provider receives them.
 READ_HISTORY_SCHEMA = convert_to_openai_tool(read_history_tool())
+READ_ARTIFACT_SCHEMA = convert_to_openai_tool(read_artifact_tool())
+GREP_ARTIFACT_SCHEMA = convert_to_openai_tool(grep_artifact_tool())
 MEMORY_SEARCH_SCHEMA = convert_to_openai_tool(memory_search_tool(Settings()))
+BUILTIN_SCHEMAS = [
+    READ_HISTORY_SCHEMA,
+    READ_ARTIFACT_SCHEMA,
+    GREP_ARTIFACT_SCHEMA,
+    MEMORY_SEARCH_SCHEMA,
+]
 
 
 @pytest.fixture
@@ -115,7 +124,7 @@ def test_plain_answer_and_exact_request(server: OpenAIServer) -> None:
                 {"role": "system", "content": SYSTEM},
                 {"role": "user", "content": "What is the capital of France?"},
             ],
-            "tools": [READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA],
+            "tools": BUILTIN_SCHEMAS,
         }
     ]
     assert server.pending == 0
@@ -167,9 +176,9 @@ def test_tool_call_through_tools_node_on_postgres(
 
     first, second = server.requests
     assert first["messages"] == OPENING
-    assert first["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA]
+    assert first["tools"] == [LOOKUP_SCHEMA, *BUILTIN_SCHEMAS]
     assert second["messages"] == [*OPENING, ASSISTANT_CALL, TOOL_RESULT]
-    assert second["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA]
+    assert second["tools"] == [LOOKUP_SCHEMA, *BUILTIN_SCHEMAS]
 
 
 def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
@@ -198,7 +207,7 @@ def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
     assert updated == ["load_memory", "model", "tools", "model"]
     assert [r["stream"] for r in server.requests] == [True, True]
     assert server.requests[0]["messages"] == OPENING
-    assert server.requests[0]["tools"] == [LOOKUP_SCHEMA, READ_HISTORY_SCHEMA, MEMORY_SEARCH_SCHEMA]
+    assert server.requests[0]["tools"] == [LOOKUP_SCHEMA, *BUILTIN_SCHEMAS]
     assert server.requests[1]["messages"] == [*OPENING, ASSISTANT_CALL, TOOL_RESULT]
     call_pieces = [c for c in chunks if c.tool_call_chunks]
     assert len(call_pieces) >= 2

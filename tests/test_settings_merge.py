@@ -219,16 +219,17 @@ def user_text(n: int) -> str:
 
 
 # The messages trigger is the only low one; the tokens trigger the only low one; the
-# fraction of a known window the only low one.
+# fraction of a known window the only low one. The token limits leave room for the schemas
+# of the built-in tools (about 750 tokens), which every request carries.
 TRIGGERS = {
     "trigger_messages": {"trigger_messages": 6, "keep_messages": 2},
     "trigger_tokens": {
-        "trigger_tokens": 900,
+        "trigger_tokens": 1_500,
         "summary_max_tokens": 300,
         "ledger_max_tokens": 100,
         "keep_messages": 2,
     },
-    "trigger_fraction": {"context_window": 3_000, "trigger_fraction": 0.3, "keep_messages": 2},
+    "trigger_fraction": {"context_window": 3_000, "trigger_fraction": 0.5, "keep_messages": 2},
 }
 
 

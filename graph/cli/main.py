@@ -47,7 +47,7 @@ class OptionError(ValueError):
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors reported as one line and exit status 2 instead of a traceback."""
     from ctxgraph.graph.cli.memory import UnknownFactError
-    from ctxgraph.graph.cli.threads import UnknownThreadError
+    from ctxgraph.graph.cli.threads import UnknownArtifactRefError, UnknownThreadError
     from ctxgraph.nodes.memory.render import MemoryBudgetError
     from ctxgraph.state.context import ContextError
     from ctxgraph.state.models import ModelConfigError
@@ -64,6 +64,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
         EmbeddedPostgresError,
         DatabaseError,
         UnknownThreadError,
+        UnknownArtifactRefError,
         UnknownFactError,
         EmbeddingConfigError,
         MemoryBudgetError,
@@ -202,7 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify = _command(thread_commands, "verify", "recompute a thread's checksums and hash chain")
     verify.add_argument("thread")
-    for command in (show, verify):
+    artifact = _command(
+        thread_commands,
+        "artifact",
+        "print the full content of an offloaded tool result, tool argument or user input",
+    )
+    artifact.add_argument("thread")
+    artifact.add_argument("ref", help="the artifact's ref (art-...), as threads show names it")
+    for command in (show, verify, artifact):
         command.add_argument(
             "--user",
             default=None,
@@ -279,7 +287,12 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _threads(args: argparse.Namespace) -> int:
-    from ctxgraph.graph.cli.threads import check_owner, show_thread, verify_thread_command
+    from ctxgraph.graph.cli.threads import (
+        check_owner,
+        print_artifact,
+        show_thread,
+        verify_thread_command,
+    )
     from ctxgraph.state.context import validate_thread_id
     from ctxgraph.store.persistence.connection import open_persistence
 
@@ -288,6 +301,8 @@ def _threads(args: argparse.Namespace) -> int:
         check_owner(persistence, args.thread, args.user)
         if args.threads_command == "verify":
             return verify_thread_command(persistence, args.thread, sys.stdout)
+        if args.threads_command == "artifact":
+            return print_artifact(persistence, args.thread, args.ref, sys.stdout, sys.stderr)
         show_thread(persistence, args.thread, sys.stdout, with_summary=args.summary)
     return 0
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY, OFFLOAD_KEY
 from ctxgraph.state.messages import content_text
 from ctxgraph.store.persistence.archive import TAMPERED
 
@@ -67,20 +68,48 @@ def tool_call_line(name: str, args: object, call_id: str | None) -> str:
 
 
 def tool_result_line(message: ToolMessage) -> str:
-    """One line showing a tool's result (or its error)."""
+    """One line showing a tool's result (or its error); an offloaded one names its ref."""
     status = " ERROR" if message.status == "error" else ""
     name = escape_control(message.name or "tool")
     call_id = escape_control(message.tool_call_id)
-    return f"  ←{status} {name} [{call_id}]: {_clip(content_text(message), 200)}"
+    line = f"  ←{status} {name} [{call_id}]: {_clip(content_text(message), 200)}"
+    offload = message.additional_kwargs.get(OFFLOAD_KEY)
+    if isinstance(offload, Mapping) and isinstance(offload.get("ref"), str):
+        line += f" [offloaded: artifact {escape_control(offload['ref'])}{_tokens(offload)}]"
+    return line
+
+
+def _tokens(entry: Mapping[str, object]) -> str:
+    tokens = entry.get("tokens")
+    return f", {tokens:,} tokens" if isinstance(tokens, int) and tokens else ""
+
+
+def offloaded_args_lines(message: BaseMessage) -> list[str]:
+    """One line per tool-call argument of ``message`` offloaded to an artifact."""
+    lines: list[str] = []
+    for entry in message.additional_kwargs.get(OFFLOAD_ARGS_KEY) or ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("ref"), str):
+            arg = escape_control(str(entry.get("arg")))
+            call_id = escape_control(str(entry.get("call_id")))
+            lines.append(
+                f"    argument {arg} of [{call_id}] offloaded: artifact "
+                f"{escape_control(entry['ref'])}{_tokens(entry)}"
+            )
+    return lines
 
 
 def transcript_lines(
-    messages: Sequence[BaseMessage], *, start: int = 1, clip: int | None = None
+    messages: Sequence[BaseMessage],
+    *,
+    start: int = 1,
+    clip: int | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> list[str]:
     """A numbered transcript, one entry per message (tool calls on their own lines).
 
     With ``clip``, each message's text is flattened to one line of at most ``clip``
-    characters; without, it is printed in full.
+    characters; without, it is printed in full. ``notes`` adds a line after the message
+    with that id. Offloaded content is named by its artifact ref.
     """
     lines: list[str] = []
 
@@ -101,10 +130,14 @@ def transcript_lines(
                 tool_call_line(call["name"], call["args"], call.get("id"))
                 for call in message.tool_calls
             )
+            lines.extend(offloaded_args_lines(message))
         elif isinstance(message, ToolMessage):
             lines.append(f"[{number}] tool{tool_result_line(message)[3:]}")
         elif isinstance(message, SystemMessage):
             lines.append(f"[{number}] system: {text_of(message)}")
         else:
             lines.append(f"[{number}] {message.type}: {text_of(message)}")
+        note = (notes or {}).get(str(message.id))
+        if note:
+            lines.append(f"    ({escape_control(note)})")
     return lines

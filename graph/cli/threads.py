@@ -1,7 +1,8 @@
-"""``ctxgraph threads show|verify``: a thread's full transcript and its integrity."""
+"""``ctxgraph threads show|verify|artifact``: a thread's transcript, integrity and artifacts."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -16,7 +17,9 @@ from ctxgraph.graph.cli.render import (
 )
 from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
+from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
 from ctxgraph.state.context import validate_label, validate_thread_id
+from ctxgraph.store.artifacts import ArtifactError, ArtifactStore, UnknownArtifactError
 from ctxgraph.store.ownership import check_thread_owner, thread_owner
 from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
@@ -31,6 +34,10 @@ from ctxgraph.store.persistence.connection import Persistence
 
 class UnknownThreadError(LookupError):
     """No checkpoint exists for the requested thread."""
+
+
+class UnknownArtifactRefError(LookupError):
+    """The thread has no artifact with the requested ref."""
 
 
 @dataclass(frozen=True)
@@ -105,12 +112,15 @@ def show_thread(
     each message to one line of at most that many characters.
     """
     thread = load_thread(persistence, thread_id)
-    thread_id = escape_control(thread_id)
     versioned = list(zip(thread.versions, thread.archive, strict=True))
     modified = tampered_versions(versioned, thread.mark)
     folded = {version: _readable(record) for version, record in versioned}
     archived = sum(len(messages or []) for messages in folded.values())
     total = archived + len(thread.window)
+    # Offloaded user inputs are shown in full, read back from their artifacts (not when
+    # each message is clipped to a line anyway).
+    artifacts = ArtifactStore(persistence.store, thread_id) if clip is None else None
+    thread_id = escape_control(thread_id)
     if thread.archive:
         out.write(
             f"thread {thread_id}: {plural(total, 'message')} ({archived} archived in "
@@ -127,13 +137,96 @@ def show_thread(
             out.write(f"(the messages of compaction v{version} cannot be read)\n")
             continue
         if messages:
-            out.write("\n".join(transcript_lines(messages, start=number, clip=clip)) + "\n")
+            shown, notes = full_inputs(messages, artifacts)
+            lines = transcript_lines(shown, start=number, clip=clip, notes=notes)
+            out.write("\n".join(lines) + "\n")
         number += len(messages)
         out.write(archive_marker_line(version, len(messages), record.get("cursor")) + "\n")
     if thread.window:
-        out.write("\n".join(transcript_lines(thread.window, start=number, clip=clip)) + "\n")
+        shown, notes = full_inputs(thread.window, artifacts)
+        lines = transcript_lines(shown, start=number, clip=clip, notes=notes)
+        out.write("\n".join(lines) + "\n")
     if with_summary:
         out.write("\n" + escape_control(summary_text(thread)) + "\n")
+
+
+def full_inputs(
+    messages: Sequence[BaseMessage], artifacts: ArtifactStore | None
+) -> tuple[list[BaseMessage], dict[str, str]]:
+    """The messages with each offloaded user input's full text read back from its artifact.
+
+    Also returns a note per such message id: that the text comes from the artifact (the
+    model saw its head and tail), or that the artifact is missing or does not match, in
+    which case the message is shown as the model saw it. Without ``artifacts``, the
+    messages are returned as they are.
+    """
+    shown: list[BaseMessage] = []
+    notes: dict[str, str] = {}
+    if artifacts is None:
+        return list(messages), notes
+    for message in messages:
+        offload = message.additional_kwargs.get(OFFLOAD_KEY)
+        if message.type != "human" or not isinstance(offload, Mapping):
+            shown.append(message)
+            continue
+        ref = str(offload.get("ref"))
+        text, problem = _artifact_text(artifacts, ref, offload.get("sha256"))
+        if text is None:
+            notes[str(message.id)] = (
+                f"the full text of this input was offloaded to artifact {ref}, which {problem}; "
+                "shown as the model saw it"
+            )
+            shown.append(message)
+            continue
+        notes[str(message.id)] = (
+            f"full text from artifact {ref}; the model saw its beginning and end and the ref"
+        )
+        shown.append(message.model_copy(update={"content": text}))
+    return shown, notes
+
+
+def _artifact_text(artifacts: ArtifactStore, ref: str, sha256: object) -> tuple[str | None, str]:
+    """The artifact's text, or None and what is wrong with it."""
+    try:
+        artifact = artifacts.get(ref)
+        if artifact is None:
+            return None, "is missing (evicted, or never stored)"
+        if isinstance(sha256, str) and sha256 != artifact.sha256:
+            return None, "holds different content than this message recorded"
+        return artifacts.read_text(ref), ""
+    except ArtifactError as error:
+        return None, f"cannot be read ({error})"
+
+
+def print_artifact(
+    persistence: Persistence, thread_id: str, ref: str, out: TextIO, err: TextIO
+) -> int:
+    """Write the full content of artifact ``ref`` of ``thread_id`` to ``out``, as stored.
+
+    Raises ``UnknownThreadError`` for a thread never saved and ``UnknownArtifactRefError``
+    for a ref the thread has no artifact under (malformed, or evicted). A damaged artifact
+    is reported on ``err`` with exit status 1. On a terminal, control characters are shown
+    escaped; otherwise the output is exactly the stored text, so ``> file`` recovers it.
+    """
+    if persistence.checkpointer.get_tuple({"configurable": {"thread_id": thread_id}}) is None:
+        raise UnknownThreadError(f"no thread {thread_id!r} has been saved in this database")
+    artifacts = ArtifactStore(persistence.store, thread_id)
+    try:
+        text = artifacts.read_text(ref) if artifacts.get(ref) is not None else None
+    except UnknownArtifactError:
+        text = None
+    except ArtifactError as error:
+        err.write(f"ctxgraph: artifact {ref!r} of thread {thread_id!r} cannot be read: {error}\n")
+        return 1
+    if text is None:
+        raise UnknownArtifactRefError(
+            f"thread {thread_id!r} has no artifact {ref!r} (a ref is 'art-' and 24 hex "
+            "digits; it may have been evicted): `ctxgraph threads show "
+            f"{thread_id}` shows the refs of its offloaded content"
+        )
+    isatty = getattr(out, "isatty", None)
+    out.write(escape_control(text) if callable(isatty) and isatty() else text)
+    return 0
 
 
 def _readable(record: ArchiveRecord) -> list[BaseMessage] | None:

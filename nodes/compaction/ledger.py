@@ -8,7 +8,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
@@ -23,6 +23,8 @@ from ctxgraph.nodes.compaction.identifiers import (
     split_sentences,
     token_pattern,
 )
+from ctxgraph.nodes.offload.inputs import shown_words
+from ctxgraph.nodes.offload.refs import ArtifactMention, messages_artifacts
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.tokens import count_text
 
@@ -33,6 +35,9 @@ FINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 UNKNOWN_TOOL = "unknown_tool"
 """Name used for a tool result whose call is not in the folded slice and that names no tool."""
+
+MAX_ARTIFACTS = 50
+"""Artifact refs the ledger lists (the newest); older ones are counted in ``folded_artifacts``."""
 
 MAX_ARGS = 6
 MAX_ARG_CHARS = 80
@@ -75,7 +80,10 @@ class Ledger(TypedDict):
     other folded calls per tool and status. ``constraints`` are ordered by the turn they
     were last said, oldest first, and ``folded_constraints`` counts those dropped from the
     record (the messages that said them are in the archive). ``user_turns`` is the number
-    of real user messages folded so far, which numbers the turns.
+    of real user messages folded so far, which numbers the turns. ``artifacts`` lists the
+    offloaded content the folded messages refer to, oldest first, and ``folded_artifacts``
+    counts those dropped from the list; both are left out while there are none, so a
+    ledger without artifacts keeps its earlier shape.
     """
 
     tool_calls: list[ToolCallEntry]
@@ -85,6 +93,8 @@ class Ledger(TypedDict):
     folded_constraints: int
     identifiers: list[str]
     user_turns: int
+    artifacts: NotRequired[list[ArtifactMention]]
+    folded_artifacts: NotRequired[int]
 
 
 def empty_ledger() -> Ledger:
@@ -102,6 +112,39 @@ def empty_ledger() -> Ledger:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _artifact(value: object) -> ArtifactMention | None:
+    """A stored artifact entry, or None when it names no ref."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("ref"), str):
+        return None
+    kind, tool = value.get("kind"), value.get("tool")
+    return {
+        "ref": value["ref"],
+        "kind": kind if isinstance(kind, str) else "artifact",
+        "tool": tool if isinstance(tool, str) else None,
+        "tokens": _int(value.get("tokens")),
+    }
+
+
+def ledger_artifacts(ledger: Mapping[str, Any]) -> list[ArtifactMention]:
+    """The artifact entries of a ledger (any stored shape), oldest first, one per ref."""
+    entries = (_artifact(value) for value in ledger.get("artifacts") or ())
+    merged: dict[str, ArtifactMention] = {}
+    for entry in entries:
+        if entry is not None:
+            merged.setdefault(entry["ref"], entry)
+    return list(merged.values())
+
+
+def _set_artifacts(ledger: Ledger, entries: list[ArtifactMention], folded: int) -> None:
+    """Set the artifact keys, or leave them out when there is nothing to record."""
+    ledger.pop("artifacts", None)
+    ledger.pop("folded_artifacts", None)
+    if entries:
+        ledger["artifacts"] = entries
+    if folded:
+        ledger["folded_artifacts"] = folded
 
 
 def _constraint(value: object) -> ConstraintEntry | None:
@@ -134,6 +177,7 @@ def read_ledger(raw: Mapping[str, Any] | None) -> Ledger:
     ledger["folded_constraints"] = _int(raw.get("folded_constraints"))
     ledger["identifiers"] = list(raw.get("identifiers") or [])
     ledger["user_turns"] = _int(raw.get("user_turns"))
+    _set_artifacts(ledger, ledger_artifacts(raw), _int(raw.get("folded_artifacts")))
     return ledger
 
 
@@ -285,6 +329,7 @@ def derive_ledger(
     2, ...; ``merge_ledgers`` moves them past the earlier record's). Identifiers come from
     message text, tool arguments and the results of side-effect calls; a read-only result
     can be read again (and is archived), so its contents are not copied into the ledger.
+    Artifacts are the offloaded contents the messages refer to (``message_artifacts``).
     """
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
     calls: dict[str, ToolCallEntry] = {}
@@ -292,7 +337,7 @@ def derive_ledger(
     identifiers: list[str] = []
     turn = 0
     for message in messages:
-        texts = [] if _read_only_result(message, calls) else [content_text(message)]
+        texts = [] if _read_only_result(message, calls) else [_own_text(message)]
         if isinstance(message, AIMessage):
             pending = message is messages[-1]
             for call in message.tool_calls:
@@ -310,13 +355,23 @@ def derive_ledger(
             )
         for text in texts:
             identifiers.extend(extract_identifiers(text))
-    return {
+    artifacts = messages_artifacts(messages)
+    refs = {entry["ref"] for entry in artifacts}  # listed as artifacts, not as identifiers
+    derived: Ledger = {
         **empty_ledger(),
         "tool_calls": list(calls.values()),
         "constraints": _merge_constraints(constraints),
-        "identifiers": _union(identifiers),
+        "identifiers": [item for item in _union(identifiers) if item not in refs],
         "user_turns": turn,
     }
+    _set_artifacts(derived, artifacts, 0)
+    return derived
+
+
+def _own_text(message: BaseMessage) -> str:
+    """The message's text; of an offloaded user input, the user's words it still shows."""
+    shown = shown_words(message)
+    return content_text(message) if shown is None else shown
 
 
 def _read_only_result(message: BaseMessage, calls: dict[str, ToolCallEntry]) -> bool:
@@ -363,8 +418,8 @@ def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger
     """``previous`` updated with ``new``: calls by id, counts added, lists unioned in order.
 
     ``new`` numbers its turns from 1, as ``derive_ledger`` does; they are moved past the
-    ``user_turns`` of ``previous``. Constraints said in both are merged into one entry.
-    Either ledger may be in an older stored shape (see ``read_ledger``).
+    ``user_turns`` of ``previous``. Constraints said in both are merged into one entry,
+    artifacts by ref. Either ledger may be in an older stored shape (see ``read_ledger``).
     """
     old, fresh = read_ledger(previous), read_ledger(new)
     calls: dict[str, ToolCallEntry] = {}
@@ -379,7 +434,7 @@ def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger
         name: _add_counts(old["folded_calls"].get(name, {}), fresh["folded_calls"].get(name, {}))
         for name in [*old["folded_calls"], *fresh["folded_calls"]]
     }
-    return {
+    merged: Ledger = {
         "tool_calls": list(calls.values()),
         "aggregated": _add_counts(old["aggregated"], fresh["aggregated"]),
         "folded_calls": folded_calls,
@@ -388,6 +443,14 @@ def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger
         "identifiers": _union(old["identifiers"], fresh["identifiers"]),
         "user_turns": old["user_turns"] + fresh["user_turns"],
     }
+    artifacts = ledger_artifacts({"artifacts": [*_listed(old), *_listed(fresh)]})
+    folded = old.get("folded_artifacts", 0) + fresh.get("folded_artifacts", 0)
+    _set_artifacts(merged, artifacts, folded)
+    return merged
+
+
+def _listed(ledger: Ledger) -> list[ArtifactMention]:
+    return ledger.get("artifacts") or []
 
 
 def _fold_rank(entry: ToolCallEntry) -> int:
@@ -405,6 +468,7 @@ def bound_ledger(
     max_tool_calls: int,
     max_identifiers: int,
     max_constraint_tokens: int | None = None,
+    max_artifacts: int = MAX_ARTIFACTS,
 ) -> Ledger:
     """Keep the ledger within its bounds, whatever the length of the thread.
 
@@ -417,8 +481,15 @@ def bound_ledger(
       their rendered lines fit it, and the older ones are folded (counted in
       ``folded_constraints``; the messages that said them are in the archive). The one
       said last always stays, verbatim.
+    - Only the ``max_artifacts`` newest artifact refs stay listed; the older ones are
+      counted in ``folded_artifacts`` (their refs are in the archived messages).
     """
-    if max_tool_calls < 0 or max_identifiers < 0 or (max_constraint_tokens or 0) < 0:
+    if (
+        max_tool_calls < 0
+        or max_identifiers < 0
+        or (max_constraint_tokens or 0) < 0
+        or max_artifacts < 0
+    ):
         raise ValueError("ledger bounds must not be negative")
     bounded = read_ledger(ledger)
     calls = bounded["tool_calls"]
@@ -436,6 +507,9 @@ def bound_ledger(
         kept = _newest_within(constraints, max_constraint_tokens)
         bounded["constraints"] = constraints[len(constraints) - kept :]
         bounded["folded_constraints"] += len(constraints) - kept
+    artifacts = _listed(bounded)
+    dropped = max(0, len(artifacts) - max_artifacts)
+    _set_artifacts(bounded, artifacts[dropped:], bounded.get("folded_artifacts", 0) + dropped)
     return bounded
 
 
@@ -483,6 +557,22 @@ def _render_constraint(entry: ConstraintEntry) -> str:
     return f"- {entry['text']} [{said}]"
 
 
+def _artifact_what(entry: ArtifactMention) -> str:
+    """What an artifact holds: ``result of read_file``, ``arguments of write_file``, ..."""
+    kind, tool = entry["kind"], entry["tool"]
+    if kind == "tool_result":
+        return f"result of {tool}" if tool else "tool result"
+    if kind == "tool_args":
+        return f"arguments of {tool}" if tool else "tool arguments"
+    return "user input" if kind == "user_input" else kind
+
+
+def _render_artifact(entry: ArtifactMention) -> str:
+    """One artifact: its ref, what it holds and its size."""
+    size = f", {entry['tokens']:,} tokens" if entry["tokens"] else ""
+    return f"- {entry['ref']}: {_artifact_what(entry)}{size}"
+
+
 def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{name} ×{n}" for name, n in counts.items())
 
@@ -522,12 +612,25 @@ def _render(view: Ledger, unlisted: Mapping[str, int] | None = None) -> str:
                 + (" is" if folded_constraints == 1 else "s are")
                 + " in the archive (read_history)"
             )
+    artifacts, folded_artifacts = _listed(view), view.get("folded_artifacts", 0)
+    if artifacts or folded_artifacts:
+        lines.append(
+            "OFFLOADED CONTENT (artifacts, newest first; read one back with "
+            'read_artifact(ref="...") or grep_artifact(ref="...", pattern="...")):'
+        )
+        lines.extend(_render_artifact(entry) for entry in reversed(artifacts))
+        if folded_artifacts:
+            lines.append(
+                f"{folded_artifacts} older artifact"
+                + (" is" if folded_artifacts == 1 else "s are")
+                + " not listed (their refs are in the archived messages: read_history)"
+            )
     if view["identifiers"]:
         lines.append("IDENTIFIERS: " + ", ".join(view["identifiers"]))
     return "\n".join(lines)
 
 
-_Shown = tuple[Literal["constraint", "call", "identifier"], int]
+_Shown = tuple[Literal["constraint", "call", "artifact", "identifier"], int]
 """An item a budgeted rendering lists: its kind and its index in the ledger."""
 
 COUNT_LINES_ROOM = 48
@@ -538,10 +641,11 @@ def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
     """Render the ledger within ``max_tokens``, dropping the least critical lines first.
 
     Lines are chosen newest first, in this order of priority: constraints (the one said
-    last always), non-success calls (side effects first), successes (side effects first),
-    then identifiers. What is left out is counted: constraints and non-success calls as
-    being in the archive, successes per tool. Only a single constraint longer than the
-    whole budget can exceed it. The full ledger stays in the state.
+    last always), non-success calls (side effects first), artifact refs, successes (side
+    effects first), then identifiers. What is left out is counted: constraints,
+    non-success calls and artifacts as being in the archive, successes per tool. Only a
+    single constraint longer than the whole budget can exceed it. The full ledger stays
+    in the state.
     """
     full = read_ledger(ledger)
     calls = full["tool_calls"]
@@ -550,7 +654,13 @@ def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
         for index in reversed(range(len(full["constraints"])))
     ]
     newest = list(reversed(range(len(calls))))
+    artifacts = _listed(full)
     for succeeded in (False, True):
+        if succeeded:
+            candidates.extend(
+                (("artifact", index), _render_artifact(artifacts[index]))
+                for index in reversed(range(len(artifacts)))
+            )
         for side_effect in (True, False):
             candidates.extend(
                 (("call", index), _render_call(calls[index]))
@@ -565,6 +675,7 @@ def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
     # Room for the headings and the count lines, then take lines while they fit; a kind
     # of line stops at its first misfit, so what is listed is always the newest.
     bare: Ledger = {**full, "tool_calls": [], "constraints": [], "identifiers": []}
+    _set_artifacts(bare, [], full.get("folded_artifacts", 0) + len(artifacts))
     used = count_text(_render(bare)) + COUNT_LINES_ROOM
     floor = 1 if full["constraints"] else 0  # the constraint said last is always listed
     shown: list[_Shown] = []
@@ -609,6 +720,10 @@ def _render_view(full: Ledger, shown: Sequence[_Shown]) -> str:
     view["identifiers"] = [
         e for i, e in enumerate(full["identifiers"]) if ("identifier", i) in picked
     ]
+    artifacts = _listed(full)
+    shown_artifacts = [e for i, e in enumerate(artifacts) if ("artifact", i) in picked]
+    folded = full.get("folded_artifacts", 0) + len(artifacts) - len(shown_artifacts)
+    _set_artifacts(view, shown_artifacts, folded)
     return _render(view, unlisted)
 
 

@@ -1,4 +1,4 @@
-"""The ``compact`` node and its router: fold old messages into a verified summary."""
+"""The ``compact`` node and its router: offload, then fold old messages into a verified summary."""
 
 from __future__ import annotations
 
@@ -15,16 +15,19 @@ from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.compaction.commit import CompactionCommit, ThreadHead
 from ctxgraph.nodes.compaction.ledger import (
+    MAX_ARTIFACTS,
     Ledger,
     bound_ledger,
     derive_ledger,
     empty_ledger,
     merge_ledgers,
 )
+from ctxgraph.nodes.compaction.offloads import Offloaded, StepOffloads
 from ctxgraph.nodes.compaction.partition import partition_history
 from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
+from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
 from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize, state_key
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
@@ -75,7 +78,13 @@ class Plan:
 
 
 class CompactNode:
-    """Router and node: decides when to compact, then summarizes, verifies and commits."""
+    """Router and node: decides when to compact, then summarizes, verifies and commits.
+
+    Before compaction is considered, the node offloads (see ``StepOffloads``): large user
+    inputs, and once the request nears the triggers, long arguments of old tool calls.
+    The router also sends the run here when only offloading has work to do; then the
+    node compacts only if a trigger still fires after the offloads.
+    """
 
     def __init__(
         self,
@@ -100,19 +109,40 @@ class CompactNode:
         self._writer = SummaryWriter([models.summary_model, models.main], counter)
         # The last split: the flush node and the compact node of one step split one state.
         self._split_cache: tuple[Hashable, tuple[list[AnyMessage], list[AnyMessage]]] | None = None
+        self._offloads = StepOffloads(self._measure, self._fresh_measure, self.split)
 
     def _measure(self, state: AgentState, settings: Settings) -> RequestSize:
         return self._builder.measure_state(state, settings)
 
+    def _fresh_measure(self, state: AgentState, settings: Settings) -> RequestSize:
+        """Measured afresh: offloaded arguments change a request but not its ``state_key``."""
+        return self._builder.measure(self._builder.build(state, settings))
+
+    def _settings_for(self, runtime: Runtime[Context]) -> Settings:
+        return effective_settings(require_context(runtime.context), self._settings)
+
     def route(self, state: AgentState, runtime: Runtime[Context]) -> Literal["compact", "model"]:
-        """Send the run through ``compact`` when any trigger fires for the next request."""
-        settings = effective_settings(require_context(runtime.context), self._settings)
+        """Send the run through ``compact`` when a trigger fires or offloading has work.
+
+        Offloading has work when a user input is over its threshold, or when the request
+        reached ``offload_args_fraction`` of a threshold and an old call has a long
+        argument; both checks are cheap when there is nothing to offload.
+        """
+        settings = self._settings_for(runtime)
         size = self._measure(state, settings)
         window = input_window(self._main, settings.context_window)
-        return "compact" if fired_triggers(size, settings, window) else "model"
+        if fired_triggers(size, settings, window):
+            return "compact"
+        return "compact" if self._offloads.pending(state, settings, size, window) else "model"
 
-    def _plan(self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig) -> Plan:
-        settings = effective_settings(require_context(runtime.context), self._settings)
+    def _plan(
+        self,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        before: RequestSize,
+    ) -> Plan:
+        settings = self._settings_for(runtime)
         previous: dict[str, Any] | None = state.get("summary")
         window = input_window(self._main, settings.context_window)
         old, kept = self.split(state, settings)
@@ -124,7 +154,7 @@ class CompactNode:
             kept=kept,
             previous=previous,
             mark=dict(state.get("compaction") or {}),
-            before=self._measure(state, settings),
+            before=before,
             window=window,
             ledger=ledger,
             memory_view=state.get("memory_view") or "",
@@ -138,7 +168,7 @@ class CompactNode:
         Deterministic for a given state, so the flush node hands memory extraction exactly
         the messages that compaction is about to fold.
         """
-        key = state_key(state, settings)
+        key = (state_key(state, settings), _offloaded_arguments(state))
         if self._split_cache is not None and self._split_cache[0] == key:
             return self._split_cache[1]
         split = self._choose_split(state, settings)
@@ -203,11 +233,44 @@ class CompactNode:
         expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
         return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
 
+    def _offload_only(self, offloaded: Offloaded, settings: Settings) -> bool:
+        """True when the step had offloading to do and, after it, no trigger fires."""
+        window = input_window(self._main, settings.context_window)
+        return offloaded.pending and not fired_triggers(offloaded.size, settings, window)
+
     def invoke(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
+        """Synchronous offloading, then compaction if a trigger still fires."""
+        settings = self._settings_for(runtime)
+        window = input_window(self._main, settings.context_window)
+        offloaded = self._offloads.apply(state, settings, window, runtime.store, config)
+        if self._offload_only(offloaded, settings):
+            return offloaded.update()
+        state = offloaded.applied(state)
+        return offloaded.merged(self._compact(state, runtime, config, offloaded.size))
+
+    async def ainvoke(
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Asynchronous offloading, then compaction if a trigger still fires."""
+        settings = self._settings_for(runtime)
+        window = input_window(self._main, settings.context_window)
+        offloaded = await self._offloads.aapply(state, settings, window, runtime.store, config)
+        if self._offload_only(offloaded, settings):
+            return offloaded.update()
+        state = offloaded.applied(state)
+        return offloaded.merged(await self._acompact(state, runtime, config, offloaded.size))
+
+    def _compact(
+        self,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        before: RequestSize,
+    ) -> dict[str, Any]:
         """Synchronous compaction."""
-        plan = self._plan(state, runtime, config)
+        plan = self._plan(state, runtime, config, before)
         self._commit.audit.check(plan.archive, plan.mark)
         if not plan.old:
             return self._give_up(plan, "nothing old enough to fold")
@@ -223,11 +286,15 @@ class CompactNode:
         prepared = self._commit.prepare(plan.archive, record, plan.old, window, config)
         return update if prepared else {}
 
-    async def ainvoke(
-        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
+    async def _acompact(
+        self,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        before: RequestSize,
     ) -> dict[str, Any]:
         """Asynchronous compaction."""
-        plan = self._plan(state, runtime, config)
+        plan = self._plan(state, runtime, config, before)
         await self._commit.audit.acheck(plan.archive, plan.mark)
         if not plan.old:
             return self._give_up(plan, "nothing old enough to fold")
@@ -338,6 +405,19 @@ def _bounded(ledger: Ledger, settings: Settings, *, halved: int = 0) -> Ledger:
         max_tool_calls=max(1, settings.ledger_max_tool_calls >> halved),
         max_identifiers=settings.ledger_max_identifiers >> halved,
         max_constraint_tokens=settings.constraint_budget >> halved,
+        max_artifacts=MAX_ARTIFACTS >> halved,
+    )
+
+
+def _offloaded_arguments(state: AgentState) -> int:
+    """How many arguments the window's messages have offloaded, so a split is redone after.
+
+    Offloading arguments keeps every message's id and content length, so ``state_key``
+    alone would not tell the states apart.
+    """
+    return sum(
+        len(message.additional_kwargs.get(OFFLOAD_ARGS_KEY) or ())
+        for message in state.get("messages") or ()
     )
 
 

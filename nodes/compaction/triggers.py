@@ -1,4 +1,4 @@
-"""Decides whether the next request is large enough to compact."""
+"""Decides whether the next request is large enough to compact, or to offload old arguments."""
 
 from __future__ import annotations
 
@@ -27,3 +27,15 @@ def fired_triggers(
                 f"tokens {size.tokens} >= {limit} ({settings.trigger_fraction:g} of {window})"
             )
     return fired
+
+
+def args_offload_due(size: RequestSize, settings: Settings, window: int | None) -> bool:
+    """Whether old tool arguments are due for offloading before the next request.
+
+    They are once the request reaches ``offload_args_fraction`` of ``trigger_tokens`` or
+    of the main model's input ``window`` (when known).
+    """
+    fraction = settings.offload_args_fraction
+    if size.tokens >= int(fraction * settings.trigger_tokens):
+        return True
+    return window is not None and size.tokens >= int(fraction * window)
