@@ -12,8 +12,15 @@ one in the latest archive version) as the session goes on. With
 ``--constraint-every-turn`` every user message ends with a constraint, as when a user
 repeats "不要改收货地址" in each turn.
 
-Run ``python -m bench.compaction_bench [--turns 300] [--repeats 3]``, or
-``python -m bench.compaction_bench --turns 1000 --constraint-every-turn``.
+With ``--memory on`` ctxgraph runs with long-term memory as by default (memory_mode
+"auto", memory_extraction "inline") and a scripted memory model that finds no facts; the
+time inside it counts as model time, like the main and summary models'. ``--backend
+memory`` runs both systems on LangGraph's in-memory saver (and ctxgraph on an
+``InMemoryStore``) instead of Postgres.
+
+Run ``python -m bench.compaction_bench [--turns 300] [--repeats 3] [--memory on]
+[--backend memory]``, or ``python -m bench.compaction_bench --turns 1000
+--constraint-every-turn``.
 """
 
 from __future__ import annotations
@@ -37,10 +44,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
 
 from bench.session import (
     STANDING_CONSTRAINT,
@@ -55,12 +66,11 @@ from ctxgraph.graph import build_graph
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.request import SUMMARY_MESSAGE_ID
 from ctxgraph.state import Context, Models, Settings
-from ctxgraph.state.demo_model import demo_memory
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.summary import canonical_json
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.persistence.archive import ThreadArchive
-from ctxgraph.store.persistence.connection import Persistence, open_persistence
+from ctxgraph.store.persistence.connection import open_persistence
 
 CTXGRAPH = "ctxgraph"
 PEER = "peer"
@@ -99,6 +109,10 @@ class BenchConfig:
     """Extra ctxgraph ``Settings`` (name, value); none by default."""
     constraints: bool = False
     """Every user message ends with a constraint (``generate_session(constraints=True)``)."""
+    memory: bool = False
+    """ctxgraph runs with long-term memory on (its defaults) instead of off."""
+    backend: Literal["postgres", "memory"] = "postgres"
+    """Postgres (embedded or ``database_uri``), or LangGraph's in-memory saver and store."""
 
     @property
     def record_turns(self) -> tuple[int, ...]:
@@ -139,6 +153,14 @@ class CompactionLog(logging.Handler):
             self.skipped += 1
         elif message.startswith("summary model"):
             self.summary_failures += 1
+
+
+def empty_memory_update(messages: list[BaseMessage]) -> AIMessage:
+    """The memory model's answer when it finds nothing to remember: an empty tool call."""
+    update = {"facts": [], "profile_updates": []}
+    return AIMessage(
+        content="", tool_calls=[{"name": "MemoryUpdate", "args": update, "id": "call_memory_0"}]
+    )
 
 
 def json_tokens(value: object) -> int:
@@ -202,13 +224,19 @@ class Run:
     committed: Callable[[], int]
     record: Callable[[int], RecordSize]
     memory: ScriptedChatModel | None = None
+    memory_timer: TimedResponder | None = None
     timings: list[TurnTiming] = field(default_factory=list)
     records: list[RecordSize] = field(default_factory=list)
     skipped: int = 0
     summary_failures: int = 0
 
+    def model_seconds(self) -> float:
+        """Time spent inside the scripted models so far: main, summary and memory."""
+        memory = self.memory_timer.seconds if self.memory_timer is not None else 0.0
+        return self.main_timer.seconds + self.summary_timer.seconds + memory
+
     def step(self, text: str, sample_record: bool = False) -> None:
-        model_before = self.main_timer.seconds + self.summary_timer.seconds
+        model_before = self.model_seconds()
         requests_before = len(self.main.requests)
         skipped, failures = self.log.skipped, self.log.summary_failures
         # Collect the young generations now, off the clock, so that garbage one system
@@ -217,7 +245,7 @@ class Run:
         start = time.perf_counter()
         self.send(text)
         wall = time.perf_counter() - start
-        model = self.main_timer.seconds + self.summary_timer.seconds - model_before
+        model = self.model_seconds() - model_before
         new = self.main.requests[requests_before:]
         calls = sum(1 for request in new if not is_summary_prompt(request))
         self.timings.append(TurnTiming(wall=wall, model=model, main_calls=calls))
@@ -357,10 +385,18 @@ class RequestMeter:
 # --------------------------------------------------------------------------- the two systems
 
 
+@dataclass(frozen=True)
+class Backend:
+    """The checkpointer both systems share and the Store ctxgraph uses."""
+
+    checkpointer: BaseCheckpointSaver[Any]
+    store: BaseStore
+
+
 def build_ctxgraph(
     session: Session,
     tools: list[BaseTool],
-    persistence: Persistence,
+    persistence: Backend,
     config: BenchConfig,
     thread_id: str,
     log: CompactionLog,
@@ -370,18 +406,18 @@ def build_ctxgraph(
     summary_timer = TimedResponder(ctxgraph_summary_responder)
     main = ScriptedChatModel(responder=main_timer, model_name="bench-main")
     summary = ScriptedChatModel(responder=summary_timer, model_name="bench-summary")
-    memory = ScriptedChatModel(
-        responder=lambda messages: demo_memory(str(messages[-1].content)),
-        model_name="bench-memory",
-    )
+    # With memory on, a memory model that finds nothing: the figures measure the graph's
+    # memory work per turn (loading, filtering, bookkeeping), not what facts cost.
+    memory_timer = TimedResponder(empty_memory_update)
+    memory = ScriptedChatModel(responder=memory_timer, model_name="bench-memory")
     values: dict[str, Any] = {
         "trigger_tokens": config.trigger_tokens,
         "trigger_messages": config.trigger_messages,
         "keep_messages": config.keep_messages,
-        # This benchmark compares compaction; long-term memory has a benchmark of its own.
-        "memory_extraction": "off",
-        "memory_mode": "off",
     }
+    if not config.memory:
+        # Compaction alone; long-term memory has a benchmark of its own (and --memory on).
+        values |= {"memory_extraction": "off", "memory_mode": "off"}
     settings = Settings(**{**values, **dict(config.ctxgraph_overrides)})
     graph = build_graph(
         checkpointer=persistence.checkpointer,
@@ -414,14 +450,24 @@ def build_ctxgraph(
         )
 
     return Run(
-        CTXGRAPH, send, main, summary, main_timer, summary_timer, log, committed, record, memory
+        CTXGRAPH,
+        send,
+        main,
+        summary,
+        main_timer,
+        summary_timer,
+        log,
+        committed,
+        record,
+        memory,
+        memory_timer,
     )
 
 
 def build_peer(
     session: Session,
     tools: list[BaseTool],
-    persistence: Persistence,
+    persistence: Backend,
     config: BenchConfig,
     thread_id: str,
     log: CompactionLog,
@@ -469,7 +515,7 @@ def build_peer(
     return Run(PEER, send, main, summary, main_timer, summary_timer, log, committed, record)
 
 
-Builder = Callable[[Session, list[BaseTool], Persistence, BenchConfig, str, CompactionLog], Run]
+Builder = Callable[[Session, list[BaseTool], Backend, BenchConfig, str, CompactionLog], Run]
 BUILDERS: dict[str, Builder] = {CTXGRAPH: build_ctxgraph, PEER: build_peer}
 
 
@@ -485,6 +531,16 @@ def compaction_log() -> Iterator[CompactionLog]:
         yield handler
     finally:
         logger.removeHandler(handler)
+
+
+@contextmanager
+def backend(config: BenchConfig) -> Iterator[Backend]:
+    """In-memory saver and store, or Postgres (``config.database_uri`` or embedded)."""
+    if config.backend == "memory":
+        yield Backend(InMemorySaver(), InMemoryStore())
+        return
+    with postgres(config.database_uri) as uri, open_persistence(uri) as persistence:
+        yield Backend(persistence.checkpointer, persistence.store)
 
 
 @contextmanager
@@ -508,11 +564,7 @@ def run_bench(config: BenchConfig, session: Session | None = None) -> list[RunRe
     meter = RequestMeter()
     results: list[RunResult] = []
     nonce = uuid.uuid4().hex[:8]
-    with (
-        postgres(config.database_uri) as uri,
-        open_persistence(uri) as persistence,
-        compaction_log() as log,
-    ):
+    with backend(config) as persistence, compaction_log() as log:
 
         def runs(label: str) -> list[Run]:
             return [
@@ -694,9 +746,9 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
             or "defaults"
         )
         + ".",
+        f"ctxgraph's long-term memory: {_memory_line(config)}.",
         f"Repetitions: {config.repeats}, interleaved turn by turn after "
-        f"{config.warmup_turns} warm-up turns; Postgres checkpointer "
-        f"({'given URI' if config.database_uri else 'embedded, temporary folder'}).",
+        f"{config.warmup_turns} warm-up turns; {_backend_line(config)}.",
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
         + ", ".join(f"{name} {_version(name)}" for name in _PACKAGES)
         + ".",
@@ -770,8 +822,8 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
             if ours.deterministic and peer.deterministic
             else "NOT identical across repetitions (unexpected)."
         ),
-        "- Overhead: wall time of each turn minus the time spent inside the scripted main and "
-        "summary models, divided by the turn's main-model calls.",
+        "- Overhead: wall time of each turn minus the time spent inside the scripted main, "
+        "summary and memory models, divided by the turn's main-model calls.",
         "- The peer's trigger counts the state messages only (not its system prompt or tool "
         "schemas) and it does not check the size of the compacted request.",
     ]
@@ -787,6 +839,22 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
             "calls fell back to the main model and count as summary calls, not main requests."
         )
     return "\n".join(lines)
+
+
+def _memory_line(config: BenchConfig) -> str:
+    if not config.memory:
+        return "off (memory_extraction='off', memory_mode='off': no memory nodes)"
+    return (
+        "on (memory_mode='auto', memory_extraction='inline'; the scripted memory model "
+        "finds no facts)"
+    )
+
+
+def _backend_line(config: BenchConfig) -> str:
+    if config.backend == "memory":
+        return "in-memory checkpointer (InMemorySaver) and Store (InMemoryStore)"
+    where = "given URI" if config.database_uri else "embedded, temporary folder"
+    return f"Postgres checkpointer and Store ({where})"
 
 
 def _growth(before: int, after: int) -> float:
@@ -838,6 +906,20 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         "and add or repeat other constraints now and then",
     )
     parser.add_argument(
+        "--memory",
+        choices=("off", "on"),
+        default="off",
+        help="off: ctxgraph without long-term memory (default, compaction alone); on: "
+        "memory_mode 'auto' and inline extraction, with a memory model that finds no facts",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("postgres", "memory"),
+        default="postgres",
+        help="postgres: a Postgres checkpointer and Store (default); memory: LangGraph's "
+        "InMemorySaver and InMemoryStore",
+    )
+    parser.add_argument(
         "--database-uri",
         default=None,
         help="Postgres URI (default: an embedded Postgres in a temporary folder)",
@@ -875,6 +957,8 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         database_uri=args.database_uri,
         ctxgraph_overrides=tuple(overrides),
         constraints=args.constraint_every_turn,
+        memory=args.memory == "on",
+        backend=args.backend,
     )
 
 

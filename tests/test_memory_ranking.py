@@ -26,9 +26,13 @@ from ctxgraph.store.memory.repository import MemoryRepository
 from ctxgraph.store.persistence.connection import Persistence
 from ctxgraph.store.search.scoring import (
     TIME_FACTOR_FLOOR,
+    age_days,
+    days_between,
     final_score,
     relevance_scores,
+    score_at_age,
     time_factor,
+    utc_micros,
 )
 from tests.support.cli import run_ctxgraph
 
@@ -220,3 +224,23 @@ def test_render_keeps_a_ranked_order_and_ranks_plain_facts_with_final_score() ->
     assert [line.split("] ")[1].split(" (")[0] for line in plain[2:]] == [
         f["content"] for f in expected
     ]
+
+
+@pytest.mark.parametrize(
+    "age",
+    [
+        timedelta(0),
+        timedelta(days=30) - timedelta(microseconds=1),
+        timedelta(days=30),
+        timedelta(days=31) - timedelta(microseconds=1),
+        timedelta(days=400, hours=5),
+        -timedelta(days=2),
+    ],
+)
+def test_the_rankers_day_count_matches_final_scores(age: timedelta) -> None:
+    """``rank`` counts days from cached timestamps; it must count exactly as age_days."""
+    created = NOW - age
+    for moment in (created, created.isoformat(), created.replace(tzinfo=None).isoformat()):
+        days = days_between(utc_micros(moment), utc_micros(NOW))
+        assert days == age_days(moment, NOW)
+        assert score_at_age(-1.5, 0.7, days) == final_score(-1.5, 0.7, moment, NOW)

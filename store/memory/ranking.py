@@ -12,7 +12,7 @@ from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
 from ctxgraph.store.search.hybrid import Semantic, fuse
 from ctxgraph.store.search.index import Hit
-from ctxgraph.store.search.scoring import AgeFrom, final_score
+from ctxgraph.store.search.scoring import AgeFrom, days_between, score_at_age, utc_micros
 
 __all__ = ["LeadingFact", "Source", "age_from_of", "check_search", "leading_facts", "rank"]
 
@@ -55,9 +55,9 @@ def rank(
 
     Ties go to the newer fact, then to the smaller id.
     """
-    current = now if now is not None else datetime.now(UTC)
+    current = utc_micros(now if now is not None else datetime.now(UTC))
     moment_key = "confirmed_at" if age_from == "confirmed" else "created_at"
-    scored: list[tuple[float, float, str, FactScope, Mapping[str, Any]]] = []
+    scored: list[tuple[float, int, str, FactScope, Mapping[str, Any]]] = []
     for source in sources:
         values: dict[str, Mapping[str, Any]] = {key: value for key, _, value in source.hits}
         lexical = [(key, raw) for key, raw, _ in source.hits]
@@ -68,22 +68,19 @@ def rank(
             near = {item.key: item.value for item in source.semantic.items}
             values.update({key: near[key] for key in raw_scores if key not in values})
         for key, raw in raw_scores.items():
-            # Score from the stored value; only the winners become Fact records.
+            # final_score from the stored value (times parsed once per process); only the
+            # winners become Fact records.
             value = values[key]
-            created = datetime.fromisoformat(value["created_at"])
-            moment = created if moment_key == "created_at" else value[moment_key]
-            score = final_score(raw, float(value.get("confidence", 0.0)), moment, current)
-            scored.append((score, _timestamp(created), key, source.scope, value))
+            created = utc_micros(value["created_at"])
+            moment = created if moment_key == "created_at" else utc_micros(value[moment_key])
+            days = days_between(moment, current)
+            score = score_at_age(raw, float(value.get("confidence", 0.0)), days)
+            scored.append((score, created, key, source.scope, value))
     scored.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
     return [
         replace(fact_from_value(key, value, scope), score=score)
         for score, _, key, scope, value in scored[:top_k]
     ]
-
-
-def _timestamp(moment: datetime) -> float:
-    """POSIX time of ``moment``, a naive time read as UTC (as ``final_score`` reads it)."""
-    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def leading_facts(matches: Sequence[Fact], leading: Sequence[LeadingFact]) -> list[Fact]:

@@ -7,7 +7,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -21,10 +21,13 @@ __all__ = [
     "AgeFrom",
     "Bm25Index",
     "age_days",
+    "days_between",
     "final_score",
     "relevance_scores",
+    "score_at_age",
     "time_factor",
     "tokenize",
+    "utc_micros",
 ]
 
 DECAY_GRACE_DAYS = 30
@@ -149,6 +152,32 @@ def time_factor(days: int) -> float:
     return max(TIME_FACTOR_FLOOR, math.exp(-DECAY_RATE * (days - DECAY_GRACE_DAYS)))
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DAY = timedelta(days=1)
+
+
+def utc_micros(moment: datetime | str) -> int:
+    """Exact microseconds since the epoch of ``moment`` (a naive time is read as UTC)."""
+    if isinstance(moment, str):
+        return _iso_micros(moment)
+    return (_utc(moment) - _EPOCH) // timedelta(microseconds=1)
+
+
+@lru_cache(maxsize=65_536)
+def _iso_micros(text: str) -> int:
+    return (_utc(text) - _EPOCH) // timedelta(microseconds=1)
+
+
+def days_between(earlier_micros: int, later_micros: int) -> int:
+    """Whole days from one ``utc_micros`` value to another, never negative (as ``age_days``)."""
+    return max(0, (later_micros - earlier_micros) // (_DAY // timedelta(microseconds=1)))
+
+
+def score_at_age(raw_bm25: float, confidence: float, days: int) -> float:
+    """``final_score`` of a fact ``days`` whole days old."""
+    return -raw_bm25 * time_factor(days) + CONFIDENCE_WEIGHT * confidence
+
+
 def final_score(
     raw_bm25: float, confidence: float, created_at: datetime | str, now: datetime | None = None
 ) -> float:
@@ -159,7 +188,7 @@ def final_score(
     age reorders facts of similar relevance, it does not bury a clearly better match.
     Confidence does not decay.
     """
-    return -raw_bm25 * time_factor(age_days(created_at, now)) + CONFIDENCE_WEIGHT * confidence
+    return score_at_age(raw_bm25, confidence, age_days(created_at, now))
 
 
 def relevance_scores(query: str, texts: Sequence[str]) -> list[float]:
