@@ -147,7 +147,7 @@ def test_a_record_over_the_trigger_is_shrunk_before_the_compaction_is_judged(
     settings = Settings(
         memory_extraction="off",
         memory_mode="off",
-        trigger_tokens=3_600,
+        trigger_tokens=3_450,
         trigger_messages=100,
         keep_messages=2,
         summary_max_tokens=1_400,

@@ -9,7 +9,6 @@ from langgraph.prebuilt import ToolRuntime
 
 from ctxgraph.state.context import Context
 from ctxgraph.store.artifacts import ArtifactStore
-from ctxgraph.store.artifacts.layout import LINE_WINDOW
 from ctxgraph.store.artifacts.paging import MAX_LIMIT
 
 MAX_RESULT_TOKENS = 4_000
@@ -23,23 +22,14 @@ REF_HELP = (
 )
 
 READ_DESCRIPTION = (
-    "Read content that was moved out of this conversation into an artifact (a large tool "
-    "result, a large user input or old tool-call arguments). Returns numbered lines "
-    "'<offset>\\t<text>' from `offset` (0-based), at most `limit` lines "
-    f"(1-{MAX_LIMIT}) and at most {MAX_RESULT_TOKENS} tokens. A line longer than "
-    f"{LINE_WINDOW} characters is split into parts with their own offsets; a later part "
-    "is shown as '<offset>+\\t<text>'. The last line of the result states the exact next "
-    "offset to pass, or that the end was reached. To find something first, use "
-    "grep_artifact."
+    "Read an artifact (content moved out of this conversation; its ref looks like "
+    f"art-…) as numbered lines from `offset`, at most `limit` lines (1-{MAX_LIMIT}). The "
+    "last line gives the exact next offset. Use grep_artifact to find something first."
 )
 
 GREP_DESCRIPTION = (
-    "Search an artifact (see read_artifact) with a Python regular expression, applied to "
-    "each line. Returns matching lines as '<offset>:\\t<text>' with `context` lines around "
-    "them as '<offset>-\\t<text>' (groups apart by '--'), at most `max_matches` matching "
-    f"lines and {MAX_RESULT_TOKENS} tokens; long lines are cut around the match. The "
-    "offsets are read_artifact offsets: read around a match with "
-    "read_artifact(ref, offset=<offset>). The last line says how many matches were not shown."
+    "Search an artifact with a Python regular expression per line; returns matching "
+    "lines with their read_artifact offsets and `context` lines around them."
 )
 
 
