@@ -17,6 +17,9 @@ from ctxgraph.store.persistence.connection import Persistence, open_persistence
 from ctxgraph.store.persistence.embedded import embedded_uri
 from tests.support.cli import REPO_ROOT
 
+pytest_plugins = ["tests.support.stores"]
+"""Fixtures shared by several test modules: ``backend`` (a Store, in memory or Postgres)."""
+
 
 def _outside_pytest_tmp() -> Path:
     """A new folder outside pytest's temp root.

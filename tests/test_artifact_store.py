@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,7 +30,7 @@ from ctxgraph.store.artifacts import (
 )
 from ctxgraph.store.artifacts.items import chunk_key
 from ctxgraph.store.artifacts.layout import windows
-from ctxgraph.store.persistence.connection import Persistence, open_async_persistence
+from tests.support.stores import BACKENDS, async_backend
 
 # --- helpers ----------------------------------------------------------------------------
 
@@ -96,28 +95,6 @@ class Clock:
     def __call__(self) -> datetime:
         self.now += timedelta(seconds=1)
         return self.now
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def backend(request: pytest.FixtureRequest) -> Iterator[BaseStore]:
-    """A sync Store: in memory, or the embedded Postgres."""
-    if request.param == "memory":
-        yield InMemoryStore()
-        return
-    persistence: Persistence = request.getfixturevalue("persistence")
-    yield persistence.store
-
-
-@asynccontextmanager
-async def async_backend(kind: str, database_uri: str) -> AsyncIterator[BaseStore]:
-    if kind == "memory":
-        yield InMemoryStore()
-        return
-    async with open_async_persistence(database_uri) as persistence:
-        yield persistence.store
-
-
-ASYNC_KINDS = ["memory", "postgres"]
 
 
 def pages_of(
@@ -792,7 +769,7 @@ def test_evict_within_quota_writes_nothing(thread_id: str) -> None:
 # --- async twins ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ASYNC_KINDS)
+@pytest.mark.parametrize("kind", BACKENDS)
 async def test_async_twins_match_the_sync_methods(
     kind: str, database_uri: str, thread_id: str
 ) -> None:

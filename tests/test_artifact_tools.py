@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -27,7 +25,7 @@ from ctxgraph.state.tokens import count_text
 from ctxgraph.store.artifacts import ArtifactStore, reconstruct
 from ctxgraph.store.artifacts.grep import InvalidPatternError
 from ctxgraph.store.artifacts.records import unknown_artifact
-from ctxgraph.store.persistence.connection import Persistence, open_async_persistence
+from tests.support.stores import BACKENDS, async_backend
 
 LOG = "".join(f"{i:03d} {'ERROR disk full' if i in (10, 12, 40) else 'ok'}\n" for i in range(60))
 MISSING = "art-0123456789abcdef01234567"
@@ -76,24 +74,6 @@ def config(thread_id: str, **extra: Any) -> dict[str, Any]:
 
 def results(messages: list[BaseMessage]) -> dict[str, ToolMessage]:
     return {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def backend(request: pytest.FixtureRequest) -> Iterator[BaseStore]:
-    if request.param == "memory":
-        yield InMemoryStore()
-        return
-    persistence: Persistence = request.getfixturevalue("persistence")
-    yield persistence.store
-
-
-@asynccontextmanager
-async def async_backend(kind: str, database_uri: str) -> AsyncIterator[BaseStore]:
-    if kind == "memory":
-        yield InMemoryStore()
-        return
-    async with open_async_persistence(database_uri) as persistence:
-        yield persistence.store
 
 
 def test_the_tools_are_named_and_described() -> None:
@@ -216,7 +196,7 @@ def test_a_model_reads_and_greps_an_artifact_in_a_graph(
     assert noise == []
 
 
-@pytest.mark.parametrize("kind", ["memory", "postgres"])
+@pytest.mark.parametrize("kind", BACKENDS)
 async def test_the_async_graph_gives_the_same_results(
     kind: str, database_uri: str, thread_id: str
 ) -> None:

@@ -23,7 +23,7 @@ from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.messages import ORIGIN_KEY
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.repository import MemoryRepository
-from ctxgraph.store.persistence.connection import Persistence
+from ctxgraph.store.persistence.connection import Persistence, open_async_persistence
 from ctxgraph.store.search.scoring import (
     TIME_FACTOR_FLOOR,
     age_days,
@@ -186,14 +186,21 @@ def test_search_tool_view_and_cli_agree_on_order(
     assert printed == repository
 
 
-async def test_async_search_and_view_agree_with_sync(persistence: Persistence) -> None:
+async def test_async_search_and_view_agree_with_sync(
+    persistence: Persistence, database_uri: str
+) -> None:
     context = Context(user_id=f"u-{uuid.uuid4().hex[:10]}")
     contents = _seed(persistence.store, context)
-    repo = MemoryRepository(persistence.store)
-    sync = [f.content for f in repo.search(context, QUERY)]
-    candidates = repo.memory_candidates(context, QUERY)
+    sync = [f.content for f in MemoryRepository(persistence.store).search(context, QUERY)]
+    candidates = MemoryRepository(persistence.store).memory_candidates(context, QUERY)
     assert [f.content for f in candidates[: len(contents)]] == sync
     assert candidates[-1].content == "Drinks green tea"  # leading facts follow the matches
+    async with open_async_persistence(database_uri) as opened:
+        repo = MemoryRepository(opened.store)
+        found = [f.content for f in await repo.asearch(context, QUERY)]
+        offered = await repo.amemory_candidates(context, QUERY)
+    assert found == sync
+    assert [f.content for f in offered] == [f.content for f in candidates]
 
 
 def test_render_keeps_a_ranked_order_and_ranks_plain_facts_with_final_score() -> None:
