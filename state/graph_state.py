@@ -9,6 +9,8 @@ from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
+from ctxgraph.state.skill_context import SkillContextEntry, merge_skill_context
+
 
 def add_refusals(
     current: dict[str, Any] | None, update: dict[str, Any] | None
@@ -58,4 +60,8 @@ class AgentState(TypedDict):
     """After refused compactions: how many in a row (``attempts``) and the last ``reason``.
 
     Each further attempt keeps fewer messages; a committed compaction clears it.
+    """
+    skill_context: NotRequired[Annotated[list[SkillContextEntry], merge_skill_context]]
+    """The active skills: de-duplicated by path, most recent last, at most
+    ``Settings.max_active_skills``. Kept apart from ``messages``, so compaction never folds it.
     """

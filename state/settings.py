@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Literal, Self
@@ -225,6 +225,50 @@ class Settings:
         },
     )
 
+    skills_dirs: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "description": "Folders of skill folders (each with a SKILL.md) listed to the "
+            "model; env CTXGRAPH_SKILLS_DIRS, paths separated by ':'."
+        },
+    )
+    skills_from_store: bool = field(
+        default=False,
+        metadata={
+            "description": "Also read skills from the Store namespace ('skills',), one item per "
+            "skill (for a LangGraph server); env CTXGRAPH_SKILLS_FROM_STORE=1."
+        },
+    )
+    skills_disabled: tuple[str, ...] = field(
+        default=(),
+        metadata={"description": "Skill names that are neither listed nor loadable."},
+    )
+    max_active_skills: int = field(
+        default=8,
+        metadata={"description": "Active skills kept in state['skill_context'] (most recent)."},
+    )
+    skills_list_budget: int | None = field(
+        default=None,
+        metadata={
+            "description": "Tokens the skill listing may use in every request; None means "
+            "the smaller of 1% of the main model's input window and 2,000."
+        },
+    )
+    skills_reinject_budget: int | None = field(
+        default=None,
+        metadata={
+            "description": "Tokens of active skills' bodies re-attached once their load left "
+            "the window; None means the smaller of 5% of the input window and 6,000."
+        },
+    )
+    skill_policy: Literal["enforce", "advisory"] = field(
+        default="enforce",
+        metadata={
+            "description": "'enforce' binds and runs only the tools the active skills allow; "
+            "'advisory' logs a disallowed call and runs it."
+        },
+    )
+
     def __new__(cls, **given: Any) -> Self:
         """Record the names of the given fields, then build as usual."""
         instance = super().__new__(cls)
@@ -370,6 +414,54 @@ class Settings:
                 "Settings.read_only_tools must be a tuple of tool names, "
                 f"got {self.read_only_tools!r}"
             )
+        self._check_skills()
+
+    def _check_skills(self) -> None:
+        dirs = self.skills_dirs
+        if isinstance(dirs, str):
+            dirs = split_paths(dirs)
+        elif isinstance(dirs, list):  # JSON from a LangGraph server
+            dirs = tuple(dirs)
+        object.__setattr__(self, "skills_dirs", dirs)
+        if not isinstance(dirs, tuple) or not all(isinstance(d, str) and d for d in dirs):
+            raise SettingsError(
+                "Settings.skills_dirs must be a tuple of folder paths, for example "
+                f"('./skills',), got {self.skills_dirs!r}"
+            )
+        disabled = self.skills_disabled
+        if isinstance(disabled, list):
+            disabled = tuple(disabled)
+            object.__setattr__(self, "skills_disabled", disabled)
+        if not isinstance(disabled, tuple) or not all(isinstance(n, str) for n in disabled):
+            raise SettingsError(
+                "Settings.skills_disabled must be a tuple of skill names, for example "
+                f"('report-writer',), got {self.skills_disabled!r}"
+            )
+        if not isinstance(self.skills_from_store, bool):
+            raise SettingsError(
+                f"Settings.skills_from_store must be True or False, got {self.skills_from_store!r}"
+            )
+        _require_int("max_active_skills", self.max_active_skills, minimum=1, example=8)
+        for name in ("skills_list_budget", "skills_reinject_budget"):
+            value = getattr(self, name)
+            if value is not None:
+                _require_int(name, value, minimum=50, example=2_000)
+        if self.skill_policy not in ("enforce", "advisory"):
+            raise SettingsError(
+                f"Settings.skill_policy must be 'enforce' or 'advisory', got {self.skill_policy!r}"
+            )
+
+    def skills_list_tokens(self, window: int | None) -> int:
+        """Tokens the skill listing may use: the setting, else min(1% of ``window``, 2,000)."""
+        if self.skills_list_budget is not None:
+            return self.skills_list_budget
+        return min(window // 100, 2_000) if window else 2_000
+
+    def skills_reinject_tokens(self, window: int | None) -> int:
+        """Tokens of re-attached skill bodies: the setting, else min(5% of ``window``, 6,000)."""
+        if self.skills_reinject_budget is not None:
+            return self.skills_reinject_budget
+        return min(window * 5 // 100, 6_000) if window else 6_000
 
     @property
     def explicit_fields(self) -> frozenset[str]:
@@ -439,8 +531,13 @@ class Settings:
                 continue
             try:
                 values[name] = kind(raw)
-            except ValueError:
-                wanted = "a whole number" if kind is int else "a number"
+            except ValueError as error:
+                if kind is int:
+                    wanted = "a whole number"
+                elif kind is float:
+                    wanted = "a number"
+                else:
+                    wanted = str(error)
                 raise SettingsError(f"{variable} must be {wanted}, got {raw!r}") from None
         return cls(**values)
 
@@ -489,7 +586,22 @@ def _merge(
     return _with_explicit(merged, base_explicit | override_explicit)
 
 
-ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float] | type[str]]] = {
+def split_paths(raw: str) -> tuple[str, ...]:
+    """Folder paths from a ``:``-separated list (as in ``PATH``); empty parts are dropped."""
+    return tuple(part.strip() for part in raw.split(":") if part.strip())
+
+
+def parse_flag(raw: str) -> bool:
+    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``, any case."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("1/true/yes/on or 0/false/no/off")
+
+
+ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CTXGRAPH_CONTEXT_WINDOW": ("context_window", int),
     "CTXGRAPH_TRIGGER_TOKENS": ("trigger_tokens", int),
     "CTXGRAPH_TRIGGER_MESSAGES": ("trigger_messages", int),
@@ -499,5 +611,8 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, type[int] | type[float] | type[str]]]
     "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
     "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),
     "CTXGRAPH_MEMORY_AGE_FROM": ("memory_age_from", str),
+    "CTXGRAPH_SKILLS_DIRS": ("skills_dirs", split_paths),
+    "CTXGRAPH_SKILLS_FROM_STORE": ("skills_from_store", parse_flag),
+    "CTXGRAPH_SKILL_POLICY": ("skill_policy", str),
 }
 """Environment variables that set a setting, with the setting and its type."""
