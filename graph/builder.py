@@ -27,10 +27,15 @@ from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_
 from ctxgraph.nodes.offload.results import ResultOffloader
 from ctxgraph.nodes.request import RequestBuilder
 from ctxgraph.nodes.routing import AfterTools, route_after_model
+from ctxgraph.nodes.skills.policy import SkillPolicyGate
+from ctxgraph.nodes.skills.sources import SkillSources, has_sources
+from ctxgraph.nodes.skills.tools import SkillTools
+from ctxgraph.nodes.skills.view import SkillRequests
 from ctxgraph.nodes.tools import read_history_tool, tools_node
+from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.context import Context
 from ctxgraph.state.graph_state import AgentState, InputState, OutputState
-from ctxgraph.state.models import Models
+from ctxgraph.state.models import Models, input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 
@@ -97,10 +102,20 @@ def create_builder(
     """
     settings = settings or Settings()
     with_loading = settings.memory_mode != "off"
-    all_tools = _with_builtin_tools(tools, settings, memory_search=with_loading)
+    skills = SkillSources() if has_sources(settings) else None
+    all_tools = graph_tools(tools, settings, skills)
+    tool_names = [t.name for t in all_tools]
     counter = TokenCounter()
-    requests = RequestBuilder(all_tools, counter)
-    model = ModelNode(models.main, all_tools, settings, requests)
+    skill_requests = None
+    wrappers: list[ToolWrapper] = [ResultOffloader(models.main, settings)]
+    if skills is not None:
+        main = models.main
+        skill_requests = SkillRequests(
+            skills, tool_names, lambda run: input_window(main, run.context_window)
+        )
+        wrappers.insert(0, SkillPolicyGate(skills, settings, tool_names))
+    requests = RequestBuilder(all_tools, counter, skill_requests)
+    model = ModelNode(models.main, all_tools, settings, requests, skills)
     compact = CompactNode(models, requests, settings, counter, head=head)
     with_memory = settings.memory_extraction != "off"
 
@@ -109,7 +124,7 @@ def create_builder(
     )
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(all_tools, [ResultOffloader(models.main, settings)]))
+    builder.add_node("tools", tools_node(all_tools, wrappers))
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
@@ -143,6 +158,20 @@ def create_builder(
     )
     builder.add_conditional_edges("invalid_calls", compact.route, before_model)
     return builder
+
+
+def graph_tools(
+    tools: Sequence[BaseTool], settings: Settings, skills: SkillSources | None
+) -> list[BaseTool]:
+    """Every tool the graph binds, in binding order.
+
+    ``tools``, the skill tools (given ``skills``), the built-in readers, and
+    ``memory_search`` unless ``settings.memory_mode`` is off.
+    """
+    skill_tools = SkillTools(skills, settings).tools() if skills is not None else []
+    return _with_builtin_tools(
+        [*tools, *skill_tools], settings, memory_search=settings.memory_mode != "off"
+    )
 
 
 def _with_builtin_tools(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -14,18 +17,39 @@ from langgraph.runtime import Runtime
 from ctxgraph.nodes.invalid_calls import with_cut_off_calls_invalid, with_invalid_call_ids
 from ctxgraph.nodes.request import RequestBuilder
 from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.nodes.skills.policy import ToolPolicy
+from ctxgraph.nodes.skills.record import activation
+from ctxgraph.nodes.skills.slash import first_call_of_turn, slash_command, unknown_skill_reply
+from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
+from ctxgraph.store.skills import EMPTY_SNAPSHOT, SkillSnapshot, unknown_tools
+
+logger = logging.getLogger("ctxgraph.skills")
 
 
 class RequestTooLargeError(RuntimeError):
     """The next model request does not fit the main model's input window."""
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One model call: the model with its tools bound, the request, the extra update."""
+
+    bound: Runnable[LanguageModelInput, BaseMessage]
+    request: list[BaseMessage]
+    extra: dict[str, Any]
+
+
 class ModelNode:
-    """Calls the main model with the assembled request and the bound tools."""
+    """Calls the main model with the assembled request and the tools the policy allows.
+
+    Before each call it reads the skill sources again (cheap when nothing changed), so a
+    skill added, edited or removed between turns shows in the next request. A run whose
+    user message starts with an unknown ``/name`` is answered without a model call.
+    """
 
     def __init__(
         self,
@@ -33,16 +57,21 @@ class ModelNode:
         tools: Sequence[BaseTool],
         settings: Settings,
         builder: RequestBuilder,
+        skills: SkillSources | None = None,
     ) -> None:
         self._model = model
+        self._tools = list(tools)
         self._bound: Runnable[LanguageModelInput, BaseMessage] = (
-            model.bind_tools(list(tools)) if tools else model
+            model.bind_tools(self._tools) if tools else model
         )
+        self._restricted: dict[frozenset[str], Runnable[LanguageModelInput, BaseMessage]] = {}
+        self._lock = threading.Lock()
         self._settings = settings
         self._builder = builder
+        self._skills = skills
+        self._checked_digest = ""
 
-    def _checked_request(self, state: AgentState, runtime: Runtime[Context]) -> list[BaseMessage]:
-        settings = effective_settings(require_context(runtime.context), self._settings)
+    def _checked_request(self, state: AgentState, settings: Settings) -> list[BaseMessage]:
         request = self._builder.build(state, settings)
         window = input_window(self._model, settings.context_window)
         if window is not None:
@@ -55,8 +84,21 @@ class ModelNode:
                 )
         return request
 
+    def _bound_for(self, policy: ToolPolicy, settings: Settings) -> Runnable[Any, BaseMessage]:
+        """The model with the tools ``policy`` allows bound (all of them when advisory)."""
+        if policy.allowed is None or settings.skill_policy == "advisory" or not self._tools:
+            return self._bound
+        names = frozenset(t.name for t in self._tools if policy.permits(t.name))
+        with self._lock:
+            bound = self._restricted.get(names)
+            if bound is None:
+                allowed = [t for t in self._tools if t.name in names]
+                bound = self._model.bind_tools(allowed) if allowed else self._model
+                self._restricted[names] = bound
+        return bound
+
     @staticmethod
-    def _update(reply: BaseMessage) -> dict[str, Any]:
+    def _update(reply: BaseMessage, extra: dict[str, Any]) -> dict[str, Any]:
         """The answer as a state update, its unusable tool calls marked invalid.
 
         Calls of an answer cut off at the output limit count as invalid too, and every
@@ -64,12 +106,66 @@ class ModelNode:
         """
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
-        return {"messages": [with_invalid_call_ids(with_cut_off_calls_invalid(reply))]}
+        return {"messages": [with_invalid_call_ids(with_cut_off_calls_invalid(reply))], **extra}
+
+    def _slash(
+        self, state: AgentState, settings: Settings, snapshot: SkillSnapshot
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The answer to an unknown ``/name`` (no model call), and this call's extra update.
+
+        A known ``/name`` is recorded in ``skill_context`` (``source="slash"``) at the first
+        model call of its turn.
+        """
+        window = state.get("messages") or []
+        enabled = self._skills is not None and has_sources(settings)
+        command = slash_command(window) if enabled else None
+        if command is None:
+            return None, {}
+        skill = snapshot.get(command.name)
+        if skill is None:
+            return {"messages": [unknown_skill_reply(command.name, snapshot)]}, {}
+        if not first_call_of_turn(window):
+            return None, {}
+        return None, {"skill_context": activation(skill, "slash", settings)}
+
+    def _check_tools(self, snapshot: SkillSnapshot) -> None:
+        """Log each ``allowed-tools`` name no bound tool has, once per reading of the skills."""
+        if snapshot.digest != self._checked_digest:
+            self._checked_digest = snapshot.digest
+            for problem in unknown_tools(snapshot, [tool.name for tool in self._tools]):
+                logger.warning("skill %s", problem)
+
+    def _settings_of(self, runtime: Runtime[Context]) -> Settings:
+        return effective_settings(require_context(runtime.context), self._settings)
+
+    def _prepare(
+        self, state: AgentState, settings: Settings, snapshot: SkillSnapshot
+    ) -> _Call | dict[str, Any]:
+        """The call to make, or the finished update of a run that needs no model call."""
+        self._check_tools(snapshot)
+        answered, extra = self._slash(state, settings, snapshot)
+        if answered is not None:
+            return answered
+        request = self._checked_request(state, settings)
+        bound = self._bound_for(self._builder.skill_parts(state, settings).policy, settings)
+        return _Call(bound, request, extra)
 
     def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""
-        return self._update(self._bound.invoke(self._checked_request(state, runtime)))
+        settings = self._settings_of(runtime)
+        snapshot = self._skills.refresh(settings, runtime.store) if self._skills else EMPTY_SNAPSHOT
+        call = self._prepare(state, settings, snapshot)
+        if not isinstance(call, _Call):
+            return call
+        return self._update(call.bound.invoke(call.request), call.extra)
 
     async def ainvoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Asynchronous model call."""
-        return self._update(await self._bound.ainvoke(self._checked_request(state, runtime)))
+        settings = self._settings_of(runtime)
+        snapshot = (
+            await self._skills.arefresh(settings, runtime.store) if self._skills else EMPTY_SNAPSHOT
+        )
+        call = self._prepare(state, settings, snapshot)
+        if not isinstance(call, _Call):
+            return call
+        return self._update(await call.bound.ainvoke(call.request), call.extra)

@@ -12,6 +12,7 @@ from langchain_core.tools import BaseTool
 from ctxgraph.nodes.compaction.partition import repair_tool_pairs
 from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.request_size import RequestSize, state_key
+from ctxgraph.nodes.skills.view import NO_SKILLS, SkillParts, SkillRequests
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.settings import Settings
@@ -44,14 +45,34 @@ def memory_message(view: str) -> HumanMessage:
     )
 
 
-class RequestBuilder:
-    """Builds ``[system rules] + [memory view] + [summary data] + working messages``.
+def system_message(prompt: str, listing: str) -> SystemMessage:
+    """The system rules, followed by the skill listing when there is one.
 
-    It is the ``RequestMeasurer`` the compaction node measures requests with.
+    The id names the listing's digest, so token counts cached per id stay right.
+    """
+    if not listing:
+        return SystemMessage(content=prompt, id=SYSTEM_PROMPT_ID)
+    digest = hashlib.sha256(listing.encode()).hexdigest()[:16]
+    return SystemMessage(content=f"{prompt}\n\n{listing}", id=f"{SYSTEM_PROMPT_ID}-{digest}")
+
+
+class RequestBuilder:
+    """Builds the request: system rules and skill listing, memory, summary, skills, window.
+
+    In order: ``[system rules + skill listing] + [memory view] + [summary data] + [active
+    skills] + working messages``. It is the ``RequestMeasurer`` the compaction node
+    measures requests with.
     """
 
-    def __init__(self, tools: Sequence[BaseTool], counter: TokenCounter) -> None:
+    def __init__(
+        self,
+        tools: Sequence[BaseTool],
+        counter: TokenCounter,
+        skills: SkillRequests | None = None,
+    ) -> None:
         self._counter = counter
+        self._skills = skills
+        self._system_cache: tuple[tuple[str, str], SystemMessage] | None = None
         self._tool_tokens = counter.count_tools(list(tools))
         # The rendered summary of the latest mark, reused by every request until it changes.
         self._summary_cache: tuple[tuple[str, int], HumanMessage] | None = None
@@ -66,16 +87,18 @@ class RequestBuilder:
         """Tokens of the bound tool schemas, sent with every request."""
         return self._tool_tokens
 
+    def skill_parts(self, state: AgentState, settings: Settings) -> SkillParts:
+        """What skills add to the request for ``state``: listing, context and tool policy."""
+        return NO_SKILLS if self._skills is None else self._skills.parts(state, settings)
+
     def build(self, state: AgentState, settings: Settings) -> list[BaseMessage]:
         """The messages the main model receives for ``state``."""
         window: Sequence[AnyMessage] = state.get("messages") or []
         leading = 0
         while leading < len(window) and isinstance(window[leading], SystemMessage):
             leading += 1
-        # A stable id lets the token counter cache the prompt's count.
-        request: list[BaseMessage] = [
-            SystemMessage(content=settings.system_prompt, id=SYSTEM_PROMPT_ID)
-        ]
+        skills = self.skill_parts(state, settings)
+        request: list[BaseMessage] = [self._system_message(settings.system_prompt, skills.listing)]
         request.extend(window[:leading])
         view = state.get("memory_view")
         if view:
@@ -84,9 +107,19 @@ class RequestBuilder:
         mark = state.get("compaction") or {}
         if summary:
             request.append(self._summary_message(summary, mark, settings))
+        if skills.context is not None:
+            request.append(skills.context)
         safe, _ = repair_tool_pairs(window[leading:])
         request.extend(safe)
         return request
+
+    def _system_message(self, prompt: str, listing: str) -> SystemMessage:
+        # One message object per prompt and listing: a stable id lets the token counter
+        # cache its count.
+        key = (prompt, listing)
+        if self._system_cache is None or self._system_cache[0] != key:
+            self._system_cache = (key, system_message(prompt, listing))
+        return self._system_cache[1]
 
     def _memory_message(self, view: str) -> HumanMessage:
         if self._memory_cache is None or self._memory_cache[0] != view:
@@ -115,7 +148,9 @@ class RequestBuilder:
 
     def measure_state(self, state: AgentState, settings: Settings) -> RequestSize:
         """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
-        key = state_key(state, settings)
+        skills = self.skill_parts(state, settings)
+        context_id = None if skills.context is None else skills.context.id
+        key = (state_key(state, settings), skills.listing, context_id)
         if self._size_cache is not None and self._size_cache[0] == key:
             return self._size_cache[1]
         size = self.measure(self.build(state, settings))

@@ -77,22 +77,32 @@ def _is_final_answer(message: BaseMessage) -> bool:
     )
 
 
+def _answered_by_application(messages: Sequence[BaseMessage], index: int) -> bool:
+    """True when the message after ``index`` is an injected (origin-marked) answer."""
+    following = messages[index + 1] if index + 1 < len(messages) else None
+    return isinstance(following, AIMessage) and message_origin(following) is not None
+
+
 def filter_for_memory(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     """Rows ``{"id", "role", "content"}`` of what the user said and the assistant answered.
 
     Kept: real user messages (no origin mark) and final assistant text replies (no tool
     calls, non-empty text), with ``<current_uploads>`` blocks stripped. Dropped: tool calls
     and results, system messages, anything injected (an origin mark), messages empty after
-    stripping, user messages that are only a greeting or acknowledgement, and the assistant
-    replies to a dropped user message (up to the next user message). A message without an
-    id gets ``#<index>`` (its position in ``messages``) as its row id.
+    stripping, user messages that are only a greeting or acknowledgement, user messages
+    answered without a model (an unknown ``/skill``: the next message is an injected
+    answer), and the assistant replies to a dropped user message (up to the next user
+    message). A message without an id gets ``#<index>`` (its position in ``messages``) as
+    its row id.
     """
     rows: list[dict[str, str]] = []
     answering_dropped = False
     for index, message in enumerate(messages):
         if is_real_user_message(message):
             text = strip_uploads(content_text(message))
-            answering_dropped = not text or is_ack_only(text)
+            answering_dropped = (
+                not text or is_ack_only(text) or _answered_by_application(messages, index)
+            )
             if answering_dropped:
                 continue
             role = USER

@@ -1,0 +1,1 @@
+"""Skills: listed by name and description, loaded on demand, remembered, and policed."""
