@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 from langgraph.store.base import BaseStore
@@ -14,6 +15,14 @@ _CatalogKey = tuple[tuple[str, ...], bool, tuple[str, ...]]
 
 def _key(settings: Settings) -> _CatalogKey:
     return (settings.skills_dirs, settings.skills_from_store, settings.skills_disabled)
+
+
+def _event_loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def has_sources(settings: Settings) -> bool:
@@ -31,6 +40,8 @@ class SkillSources:
     def __init__(self) -> None:
         self._catalogs: dict[_CatalogKey, SkillCatalog] = {}
         self._lock = threading.Lock()
+        self._read: set[_CatalogKey] = set()
+        """Configurations read at least once."""
 
     def catalog(self, settings: Settings) -> SkillCatalog:
         """The catalog reading the sources ``settings`` configure."""
@@ -44,28 +55,36 @@ class SkillSources:
                     disabled=settings.skills_disabled,
                 )
                 self._catalogs[key] = catalog
-                self._first_reading(catalog)
             return catalog
 
-    @staticmethod
-    def _first_reading(catalog: SkillCatalog) -> None:
-        """Read the folders once, so requests measured before any model call list them."""
-        catalog.refresh(None)
-
     def current(self, settings: Settings) -> SkillSnapshot:
-        """The latest reading for ``settings`` (read the folders first if never read)."""
+        """The latest reading for ``settings``.
+
+        The model node reads the sources again before every call. Before the first
+        reading of a configuration, the folders are read here when no event loop runs
+        (a sync run), so the first request of a process is measured with its skills; in
+        an async run that would block the loop, and the latest (empty) reading is used
+        until the model node's own reading moments later.
+        """
         if not has_sources(settings):
             return EMPTY_SNAPSHOT
-        return self.catalog(settings).latest
+        catalog = self.catalog(settings)
+        if _key(settings) not in self._read and not _event_loop_running():
+            return self.refresh(settings, None)
+        return catalog.latest
 
     def refresh(self, settings: Settings, store: BaseStore | None) -> SkillSnapshot:
         """Read the sources again; cheap when nothing changed."""
         if not has_sources(settings):
             return EMPTY_SNAPSHOT
-        return self.catalog(settings).refresh(store)
+        snapshot = self.catalog(settings).refresh(store)
+        self._read.add(_key(settings))
+        return snapshot
 
     async def arefresh(self, settings: Settings, store: BaseStore | None) -> SkillSnapshot:
         """Async :meth:`refresh` (the Store is read with its async methods)."""
         if not has_sources(settings):
             return EMPTY_SNAPSHOT
-        return await self.catalog(settings).arefresh(store)
+        snapshot = await self.catalog(settings).arefresh(store)
+        self._read.add(_key(settings))
+        return snapshot

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
@@ -109,7 +110,7 @@ class SkillCatalog:
         return self._build(read)
 
     async def arefresh(self, store: BaseStore | None = None) -> SkillSnapshot:
-        """Async :meth:`refresh` (the Store is read asynchronously, the folders directly)."""
+        """Async :meth:`refresh`: the Store is read asynchronously, the folders in a thread."""
         if not self.dirs and not self.use_store:
             return EMPTY_SNAPSHOT
         read = _StoreRead()
@@ -127,7 +128,10 @@ class SkillCatalog:
                 read = _StoreRead(error=_error_text(error))
             else:
                 read = _StoreRead(items=tuple(items))
-        return self._build(read)
+        if not self.dirs:
+            return self._build(read)
+        # Reading the folders blocks; an event loop (a LangGraph server's) must not wait on it.
+        return await asyncio.to_thread(self._build, read)
 
     def _build(self, read: _StoreRead) -> SkillSnapshot:
         with self._lock:
