@@ -2,8 +2,8 @@
 
 ``CTXGRAPH_MODEL=scripted`` selects it (see ``Models.from_env``). It lives in the state
 layer so that every layer can resolve that setting; it reads only the prompts' data
-blocks (``<folded_messages>``, ``<new_conversation>``, ...), never the modules that
-write them.
+blocks (``<folded_messages>``, ``<new_conversation>``, the skill listing and the skills
+data message, ...), never the modules that write them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ import operator
 import re
 from collections.abc import Callable
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.tools import BaseTool, tool
 
 from ctxgraph.state.messages import content_text, message_origin
@@ -45,6 +51,17 @@ _MEMORY_QUESTION = re.compile(
 )
 _RECALL = re.compile(r"\b(what did i (?:say|tell you)|remind me)\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+
+_SKILL_NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
+_LISTING = re.compile(r"^Skills you can use \((?P<kind>names only|name: description)", re.MULTILINE)
+_LISTED = re.compile(rf"^- (?P<name>{_SKILL_NAME}): ", re.MULTILINE)
+_ACTIVE_HEADER = "Active skills of this thread"
+_ACTIVE = re.compile(rf"^- (?P<name>{_SKILL_NAME}): ref ", re.MULTILINE)
+_SLASH_SKILL = re.compile(
+    rf"^The user activated the skill (?P<name>{_SKILL_NAME}) with /", re.MULTILINE
+)
+_LOADED = re.compile(rf"^Skill (?P<name>{_SKILL_NAME}) loaded \(ref ")
+_STEP = re.compile(r"^(?:\d+[.)]|[-*])\s+(?P<step>\S.*)$")
 
 _OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -168,21 +185,31 @@ def _note(said: str) -> str:
 
 
 def demo_chat_reply(messages: list[BaseMessage]) -> AIMessage:
-    """Answer deterministically: arithmetic goes through the calculator, recall reads history."""
+    """Answer deterministically: arithmetic goes through the calculator, recall reads history.
+
+    With skills listed, a message naming one (``Use the packing-list skill``) loads it
+    with ``load_skill``; a ``/name`` activation is acknowledged in the final answer, and a
+    recall answer names the thread's active skills.
+    """
     last = messages[-1]
     if isinstance(last, ToolMessage):
-        return AIMessage(content=f"The calculator says {content_text(last)}.")
+        return AIMessage(content=_after_tool(last, messages))
     users = [m for m in messages if isinstance(m, HumanMessage) and not message_origin(m)]
     said = content_text(users[-1]) if users else ""
+    # Unique per user message (its id is a fresh UUID), stable when replayed.
+    call_id = f"call_{((users[-1].id if users else None) or str(len(messages)))[:8]}"
     expression = _ARITHMETIC.search(said)
     if expression:
-        # Unique per user message (its id is a fresh UUID), stable when replayed.
-        call_id = f"call_{(users[-1].id or str(len(messages)))[:8]}"
         return AIMessage(
             content="",
             tool_calls=[
                 {"name": "calculator", "args": {"expression": expression.group(1)}, "id": call_id}
             ],
+        )
+    named = _named_skill(said, _listed_skills(messages), _slash_skill(messages))
+    if named is not None:
+        return AIMessage(
+            content="", tool_calls=[{"name": "load_skill", "args": {"name": named}, "id": call_id}]
         )
     if _MEMORY_QUESTION.search(said):
         return AIMessage(content=_remembered(messages))
@@ -193,8 +220,101 @@ def demo_chat_reply(messages: list[BaseMessage]) -> AIMessage:
         if earlier or not intent:
             listed = "; ".join(f'"{text}"' for text in earlier) or "nothing yet"
             parts.append(f"Earlier in this thread you said: {listed}.")
+        active = _active_skills(messages)
+        if active:
+            parts.append(f"Active skills: {', '.join(active)}.")
         return AIMessage(content=" ".join(parts))
     return AIMessage(content=_note(said))
+
+
+def _after_tool(result: ToolMessage, messages: list[BaseMessage]) -> str:
+    """The answer to a tool result: a loaded skill's first step, or the calculator's value."""
+    text = content_text(result)
+    if result.name == "load_skill":
+        return _loaded_answer(text)
+    answer = f"The calculator says {text}."
+    slash = _slash_skill(messages)
+    if slash is not None:
+        answer += f" I followed the {slash} skill you activated with /{slash}."
+    return answer
+
+
+def _loaded_answer(text: str) -> str:
+    """A short line quoting the first step of a ``load_skill`` result's body."""
+    loaded = _LOADED.match(text)
+    if loaded is None:
+        return f"The skill could not be loaded: {_short(text, NOTE_CHARS)}"
+    name = loaded.group("name")
+    step = _first_step(text.split("\n\n", 1)[1] if "\n\n" in text else "")
+    if not step:
+        return f"I loaded the {name} skill and will follow it."
+    return f'I loaded the {name} skill and will follow it. Its first step: "{step}"'
+
+
+def _first_step(body: str) -> str:
+    """The first list item of ``body`` (its indented continuation lines joined), else ""."""
+    lines = body.splitlines()
+    for index, line in enumerate(lines):
+        match = _STEP.match(line)
+        if match is None:
+            continue
+        parts = [match.group("step").strip()]
+        for following in lines[index + 1 :]:
+            if not following.startswith((" ", "\t")) or not following.strip():
+                break
+            parts.append(following.strip())
+        return " ".join(parts)
+    return ""
+
+
+def _skill_messages(messages: list[BaseMessage]) -> list[str]:
+    """The texts of the skills data messages of the request."""
+    return [content_text(m) for m in messages if message_origin(m) == "skills"]
+
+
+def _slash_skill(messages: list[BaseMessage]) -> str | None:
+    """The skill the user activated with ``/name`` for this turn, if any."""
+    for text in _skill_messages(messages):
+        match = _SLASH_SKILL.search(text)
+        if match:
+            return match.group("name")
+    return None
+
+
+def _active_skills(messages: list[BaseMessage]) -> list[str]:
+    """The active skills the request's reminder names, in its order (most recent last)."""
+    for text in _skill_messages(messages):
+        if text.startswith(_ACTIVE_HEADER):
+            reminder = text.split("\n\n", 1)[0]
+            return [match.group("name") for match in _ACTIVE.finditer(reminder)]
+    return []
+
+
+def _listed_skills(messages: list[BaseMessage]) -> list[str]:
+    """The skill names listed at the end of the system message."""
+    system = next((m for m in messages if isinstance(m, SystemMessage)), None)
+    text = content_text(system) if system is not None else ""
+    header = _LISTING.search(text)
+    if header is None:
+        return []
+    rest = text[header.end() :]
+    if header.group("kind") == "name: description":
+        return [match.group("name") for match in _LISTED.finditer(rest)]
+    lines = rest.split("\n")
+    names = lines[1] if len(lines) > 1 else ""
+    return [name.strip() for name in names.split(",") if re.fullmatch(_SKILL_NAME, name.strip())]
+
+
+def _named_skill(said: str, listed: list[str], slash: str | None) -> str | None:
+    """The first listed skill ``said`` names as a word (not the turn's ``/name`` skill)."""
+    found: list[tuple[int, str]] = []
+    for name in listed:
+        if name == slash:
+            continue
+        match = re.search(rf"(?<![\w/-]){re.escape(name)}(?![\w-])", said)
+        if match:
+            found.append((match.start(), name))
+    return min(found)[1] if found else None
 
 
 def _remembered(messages: list[BaseMessage]) -> str:

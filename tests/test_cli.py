@@ -24,15 +24,34 @@ def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path
     demo = run_ctxgraph(python, env, "demo", "--thread", "demo-test")
     assert demo.returncode == 0, demo.stderr
     out = demo.stdout
-    assert "== process 1: 3 turns in a new Python process" in out
+    assert "== process 1: 4 turns in a new Python process" in out
     assert re.search(r"← calculator \[call_[0-9a-f-]{8}\]: 391", out)
-    assert "Resuming thread demo-test (10 messages). Last 6 messages:" in out
+    # The example skills: a /trip-budget activation that still uses the calculator, and a
+    # skill the model loads itself because the user names it.
+    assert f"skills: the examples in {REPO_ROOT / 'examples' / 'skills'}" in out
+    assert "you: /trip-budget What is 180 * 7?\n" in out
+    assert (
+        "assistant: The calculator says 1260. I followed the trip-budget skill you activated "
+        "with /trip-budget.\n"
+    ) in out
+    assert re.search(r'→ load_skill\(\{"name": "packing-list"\}\) \[call_', out)
+    assert re.search(r"← load_skill \[call_[0-9a-f-]{8}\]: Skill packing-list loaded \(ref ", out)
+    assert (
+        "assistant: I loaded the packing-list skill and will follow it. Its first step: "
+        "\"Work out the trip's dates, its season at the destination, and what the user plans "
+        'to do."\n'
+    ) in out
+    assert "Resuming thread demo-test (14 messages). Last 6 messages:" in out
     # The second process compacts: the Kyoto turn is folded, and the answer finds it
     # through the summary; the archive keeps every message and verifies.
-    assert "thread demo-test: 12 messages (10 archived in 1 compaction, 2 in the window)" in out
-    assert "──── compaction v1: the 10 messages above were folded" in out
+    assert "thread demo-test: 16 messages (14 archived in 1 compaction, 2 in the window)" in out
+    assert "──── compaction v1: the 14 messages above were folded" in out
     recall = "From the summary of older turns: I am planning a trip to Kyoto in April."
     assert out.index("process 1 exited") < out.index(recall)
+    # The active skills survive the compaction: the request still names them.
+    active = f"assistant: {recall} Active skills: trip-budget, packing-list.\n"
+    assert out.index("process 1 exited") < out.index(active)
+    assert "active skills: trip-budget, packing-list\n" in out
     assert "thread demo-test: intact (1 compaction version verified" in out
     # A new thread of the same user gets the fact learned in the first one back.
     remembered = "From long-term memory: [preference] I prefer quiet hotels near a train station."
@@ -59,7 +78,8 @@ def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path
     # The demo's thread is still there for a later process, in full.
     shown = run_ctxgraph(python, env, "threads", "show", "demo-test")
     assert shown.returncode == 0, shown.stderr
-    assert f"[12] assistant: {recall}" in shown.stdout
+    assert f"[16] assistant: {recall} Active skills: trip-budget, packing-list." in shown.stdout
+    assert "active skills: trip-budget, packing-list\n" in shown.stdout
     assert shown.stdout.count(trip) == 1
     assert "current summary" not in shown.stdout and "ledger" not in shown.stdout
     with_summary = run_ctxgraph(python, env, "threads", "show", "demo-test", "--summary")

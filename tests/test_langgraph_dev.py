@@ -51,6 +51,7 @@ def server_env() -> dict[str, str]:
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
             "LANGGRAPH_NO_VERSION_CHECK": "true",
             "CTXGRAPH_MODEL": "scripted",
+            "CTXGRAPH_SKILLS_DIRS": str(REPO_ROOT / "examples" / "skills"),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -234,3 +235,30 @@ def test_langgraph_dev_serves_ctxgraph(tmp_path: Path) -> None:
 
         runs = client.runs.list(thread_id)
         assert sorted(run["status"] for run in runs) == ["success", "success"]
+
+        # Skills come from the configured folders: a slash activation runs under the
+        # skill's tool policy, and an unknown name is answered without the model.
+        skill_thread = client.threads.create()["thread_id"]
+        slashed = client.runs.wait(
+            skill_thread,
+            GRAPH_ID,
+            input={"messages": [{"role": "user", "content": "/trip-budget What is 180 * 7?"}]},
+            context=CONTEXT,
+        )
+        assert isinstance(slashed, dict), slashed
+        assert [m["type"] for m in slashed["messages"]] == ["human", "ai", "tool", "ai"]
+        assert "trip-budget" in message_text(slashed["messages"][-1])
+        skill_state = client.threads.get_state(skill_thread)["values"]
+        assert [(e["name"], e["source"]) for e in skill_state["skill_context"]] == [
+            ("trip-budget", "slash")
+        ]
+        unknown = client.runs.wait(
+            skill_thread,
+            GRAPH_ID,
+            input={"messages": [{"role": "user", "content": "/trip-budgt again"}]},
+            context=CONTEXT,
+        )
+        assert isinstance(unknown, dict), unknown
+        assert message_text(unknown["messages"][-1]) == (
+            "There is no skill called /trip-budgt. Did you mean /trip-budget?"
+        )

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from types import FrameType
 from typing import BinaryIO, TextIO
@@ -21,10 +21,13 @@ from ctxgraph.graph.cli.render import LINE_CHARS, escape_control, plural, transc
 from ctxgraph.graph.cli.threads import check_owner
 from ctxgraph.graph.cli.turns import TurnInterruptedError, stream_turn
 from ctxgraph.graph.environment import EnvironmentConfig
+from ctxgraph.nodes.skills.slash import RESERVED_COMMANDS
 from ctxgraph.state.context import Context
 from ctxgraph.state.model_errors import report_endpoint_error
+from ctxgraph.state.settings import Settings
 from ctxgraph.store.persistence.connection import Persistence, open_persistence
 from ctxgraph.store.persistence.thread_lock import DEFAULT_WAIT, thread_lock
+from ctxgraph.store.skills import SkillCatalog
 
 EXIT_COMMANDS = {"/exit", "/quit"}
 RESUME_TAIL = 6
@@ -274,14 +277,79 @@ def prompt_lines(prompt: str, out: TextIO) -> Iterable[str]:
     """
     if hasattr(sys.stdin, "reconfigure"):
         sys.stdin.reconfigure(errors="surrogateescape")
+    terminal = sys.stdin.isatty() and out is sys.stdout
     while True:
-        out.write(prompt)
-        out.flush()
         try:
-            line = input()
+            if terminal:
+                line = input(prompt)  # readline, when loaded, then knows the prompt
+            else:
+                out.write(prompt)
+                out.flush()
+                line = input()
         except EOFError:
             out.write("\n")
             return
         if not sys.stdin.isatty():
             out.write(escape_control(line) + "\n")  # piped input is not echoed by a terminal
         yield line
+
+
+def slash_completions(prefix: str, names: Iterable[str]) -> list[str]:
+    """The ``/word`` completions of ``prefix``, sorted: skill ``names``, reserved and exit words.
+
+    ``prefix`` is the typed word, ``/`` included; anything else completes to nothing.
+    """
+    if not prefix.startswith("/"):
+        return []
+    exits = (command.removeprefix("/") for command in EXIT_COMMANDS)
+    words = {*names, *RESERVED_COMMANDS, *exits}
+    typed = prefix[1:]
+    return [f"/{word}" for word in sorted(words) if word.startswith(typed)]
+
+
+class SlashCompleter:
+    """A ``readline`` completer of ``/name`` at the start of the line.
+
+    The skill names are read again from ``catalog`` when a line's completion starts (the
+    first call, ``state`` 0), so a skill added during the chat completes too.
+    """
+
+    def __init__(self, catalog: SkillCatalog, line_before: Callable[[], str] = lambda: "") -> None:
+        self._catalog = catalog
+        self._line_before = line_before
+        self._matches: list[str] = []
+
+    def __call__(self, text: str, state: int) -> str | None:
+        """The ``state``-th completion of ``text``, or None when there are no more."""
+        if state == 0:
+            self._matches = []
+            if not self._line_before().strip():
+                self._matches = slash_completions(text, self._catalog.refresh().names)
+        return self._matches[state] if state < len(self._matches) else None
+
+
+def install_slash_completion(environ: Mapping[str, str]) -> bool:
+    """Complete ``/name`` with Tab in ``chat`` on a terminal; False when it cannot.
+
+    Needs the ``readline`` module and a terminal on stdin; piped input is left alone.
+    The names come from the skill folders of the settings in ``environ``.
+    """
+    if not sys.stdin.isatty():
+        return False
+    try:
+        import readline
+    except ImportError:
+        return False
+    settings = Settings.from_env(environ)
+    catalog = SkillCatalog(settings.skills_dirs, disabled=settings.skills_disabled)
+
+    def line_before() -> str:
+        return readline.get_line_buffer()[: readline.get_begidx()]
+
+    readline.set_completer_delims(" \t\n")
+    readline.set_completer(SlashCompleter(catalog, line_before))
+    if "libedit" in (readline.__doc__ or ""):
+        readline.parse_and_bind("bind ^I rl_complete")
+    else:
+        readline.parse_and_bind("tab: complete")
+    return True

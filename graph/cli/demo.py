@@ -1,11 +1,14 @@
-"""``ctxgraph demo``: three turns, a restart, a fourth turn, a new thread, then what persisted."""
+"""``ctxgraph demo``: four turns with skills, a restart, a recall, a new thread, what persisted."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from typing import TextIO
 
 from ctxgraph.graph.cli.render import LINE_CHARS, plural
@@ -21,13 +24,27 @@ FIRST_PROCESS_TURNS = (
     "mind for any restaurant ideas. Never book anything that cannot be cancelled. "
     "I prefer quiet hotels near a train station.",
     "What is 17 * 23?",
-    "What is 180 * 7?",
+    "/trip-budget What is 180 * 7?",
+    "Use the packing-list skill for my trip.",
 )
 SECOND_PROCESS_TURNS = ("What did I say before?",)
 NEW_THREAD_TURNS = ("What do you remember about me?",)
 SMALL_TRIGGER = "6"
 SMALL_KEEP = "2"
 """Compaction settings of the second process, so the demo shows one compaction."""
+SKILLS_VARIABLE = "CTXGRAPH_SKILLS_DIRS"
+
+
+def example_skills_dir() -> Path | None:
+    """The repository's ``examples/skills`` folder, or None (e.g. when installed as a wheel).
+
+    The repository's root is the parent of the ``ctxgraph`` package folder.
+    """
+    spec = importlib.util.find_spec("ctxgraph")
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).resolve().parent.parent / "examples" / "skills"
+    return folder if folder.is_dir() else None
 
 
 def _run_in_child(
@@ -57,22 +74,29 @@ def _run_in_child(
 def run_demo(out: TextIO, *, user: str = "demo-user", thread_id: str | None = None) -> int:
     """Run the offline demo on the configured database (embedded Postgres by default)."""
     thread = thread_id or f"demo-{uuid.uuid4().hex[:8]}"
+    skills_dir = example_skills_dir()
+    # Set either way, so a skill folder configured in the caller's environment stays out.
+    skills = {SKILLS_VARIABLE: str(skills_dir) if skills_dir is not None else ""}
     # Holding the database open here keeps the embedded server up between the two children.
     with open_persistence() as persistence:
-        out.write(f"ctxgraph demo: thread {thread}, scripted model, database ready\n\n")
+        out.write(f"ctxgraph demo: thread {thread}, scripted model, database ready\n")
+        if skills_dir is not None:
+            out.write(f"skills: the examples in {skills_dir} ({SKILLS_VARIABLE})\n\n")
+        else:
+            out.write("skills: none (no examples/skills folder next to the package)\n\n")
         turns = plural(len(FIRST_PROCESS_TURNS), "turn")
         out.write(f"== process 1: {turns} in a new Python process\n")
-        if _run_in_child(user, thread, FIRST_PROCESS_TURNS, out) != 0:
+        if _run_in_child(user, thread, FIRST_PROCESS_TURNS, out, **skills) != 0:
             return 1
         out.write(
             "\n== process 1 exited; process 2 starts from the database alone, with a small "
             f"compaction trigger ({SMALL_TRIGGER} messages, keep {SMALL_KEEP})\n"
         )
         small = {"CTXGRAPH_TRIGGER_MESSAGES": SMALL_TRIGGER, "CTXGRAPH_KEEP_MESSAGES": SMALL_KEEP}
-        if _run_in_child(user, thread, SECOND_PROCESS_TURNS, out, **small) != 0:
+        if _run_in_child(user, thread, SECOND_PROCESS_TURNS, out, **small, **skills) != 0:
             return 1
         out.write("\n== process 3: a new thread for the same user; long-term memory comes back\n")
-        if _run_in_child(user, f"{thread}-later", NEW_THREAD_TURNS, out) != 0:
+        if _run_in_child(user, f"{thread}-later", NEW_THREAD_TURNS, out, **skills) != 0:
             return 1
         out.write(
             "\n== persisted state of the first thread (archive, then window; one line per "
@@ -82,8 +106,10 @@ def run_demo(out: TextIO, *, user: str = "demo-user", thread_id: str | None = No
         out.write(f"(`ctxgraph threads show {thread} --summary` prints this summary and ledger)\n")
         out.write("\n== integrity\n")
         verify_thread_command(persistence, thread, out)
+        variables = f"CTXGRAPH_MODEL={SCRIPTED_MODEL_NAME}"
+        if skills_dir is not None:
+            variables += f" {SKILLS_VARIABLE}={shlex.quote(str(skills_dir))}"
         out.write(
-            "\nResume it yourself: "
-            f"CTXGRAPH_MODEL={SCRIPTED_MODEL_NAME} ctxgraph chat --user {user} --thread {thread}\n"
+            f"\nResume it yourself: {variables} ctxgraph chat --user {user} --thread {thread}\n"
         )
     return 0

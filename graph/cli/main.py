@@ -1,4 +1,4 @@
-"""The ``ctxgraph`` command line: chat, run, demo, threads and memory."""
+"""The ``ctxgraph`` command line: chat, run, demo, threads, memory and skills."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ WAIT_VARIABLE = "CTXGRAPH_THREAD_WAIT"
 """Environment variable with the default of ``--wait``."""
 
 EXIT_STATUSES = (
-    "exit status: 0 success; 1 a failure the command reports (threads verify: broken); "
+    "exit status: 0 success; 1 a failure the command reports (threads verify: broken; "
+    "skills list: problems found); "
     f"{USER_ERROR_EXIT} a user error (one line on stderr); {THREAD_BUSY_EXIT} (chat, run) "
     "another run kept the thread busy for --wait seconds, and the waiting turn wrote nothing; "
     f"{MODEL_ERROR_EXIT} a model endpoint failed (one line naming the role, endpoint and "
@@ -47,6 +48,7 @@ class OptionError(ValueError):
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors reported as one line and exit status 2 instead of a traceback."""
     from ctxgraph.graph.cli.memory import UnknownFactError
+    from ctxgraph.graph.cli.skills import UnknownSkillError
     from ctxgraph.graph.cli.threads import UnknownArtifactRefError, UnknownThreadError
     from ctxgraph.nodes.memory.render import MemoryBudgetError
     from ctxgraph.state.context import ContextError
@@ -66,6 +68,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
         UnknownThreadError,
         UnknownArtifactRefError,
         UnknownFactError,
+        UnknownSkillError,
         EmbeddingConfigError,
         MemoryBudgetError,
     )
@@ -159,11 +162,36 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     _command(memory_commands, "process", "run every pending (deferred) memory extraction now")
 
 
+def _skills_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    skills = _command(
+        commands, "skills", "list and inspect the skills of the skill folders (no database)"
+    )
+    skill_commands = skills.add_subparsers(dest="skills_command", required=True)
+    listing = _command(
+        skill_commands,
+        "list",
+        "list every skill (name, description, allowed tools, ref), then every problem; "
+        "exit status 1 when there are problems",
+    )
+    show = _command(
+        skill_commands, "show", "print one skill: front matter, supporting files and body"
+    )
+    show.add_argument("name", help="the skill's name")
+    for command in (listing, show):
+        command.add_argument(
+            "--dir",
+            action="append",
+            metavar="PATH",
+            default=None,
+            help="a folder of skill folders; repeatable; replaces $CTXGRAPH_SKILLS_DIRS",
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
         prog="ctxgraph",
-        description="The ctxgraph command line: chat, run, demo, threads and memory.",
+        description="The ctxgraph command line: chat, run, demo, threads, memory and skills.",
         epilog=EXIT_STATUSES,
         formatter_class=_help_formatter,
     )
@@ -218,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     _memory_parser(commands)
+    _skills_parser(commands)
     return parser
 
 
@@ -267,7 +296,7 @@ def _process_left_over_memory() -> None:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from ctxgraph.graph.cli.chat import prompt_lines, run_turns
+    from ctxgraph.graph.cli.chat import install_slash_completion, prompt_lines, run_turns
     from ctxgraph.state.context import validate_thread_id
 
     validate_thread_id(args.thread)  # before anything is read, written or asked of a model
@@ -275,6 +304,8 @@ def _chat(args: argparse.Namespace) -> int:
     context = _context(args)
     _process_left_over_memory()
     interactive = args.command == "chat"
+    if interactive:
+        install_slash_completion(os.environ)
     texts = prompt_lines("you: ", sys.stdout) if interactive else args.messages
     return run_turns(
         texts,
@@ -319,6 +350,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_demo(sys.stdout, user=args.user, thread_id=args.thread)
     if args.command == "memory":
         return _memory(args)
+    if args.command == "skills":
+        from ctxgraph.graph.cli.skills import skills_command
+
+        return skills_command(
+            args.skills_command, args.dir, getattr(args, "name", None), sys.stdout
+        )
     return _threads(args)
 
 

@@ -56,6 +56,8 @@ class SavedThread:
     versions: list[int] = field(default_factory=list)
     """The Store version of each record of ``archive``."""
     prepared: list[tuple[int, ArchiveRecord]] = field(default_factory=list)
+    skills: list[str] = field(default_factory=list)
+    """The names of the thread's active skills (``skill_context``), most recent last."""
 
 
 def check_owner(persistence: Persistence, thread_id: str, user_id: str | None) -> str:
@@ -93,7 +95,19 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
         archive=[record for _, record in committed],
         versions=[version for version, _ in committed],
         prepared=[(v, r) for v, r in stored if upto is not None and v > upto],
+        skills=active_skill_names(values.get("skill_context")),
     )
+
+
+def active_skill_names(skill_context: object) -> list[str]:
+    """The names in a checkpointed ``skill_context`` (a list of entries), in its order."""
+    if not isinstance(skill_context, list):
+        return []
+    return [
+        str(entry["name"])
+        for entry in skill_context
+        if isinstance(entry, Mapping) and entry.get("name")
+    ]
 
 
 def show_thread(
@@ -108,8 +122,9 @@ def show_thread(
 
     Only committed compactions are shown. A record whose content no longer matches its
     stored hashes is preceded by a marker line saying it was modified after it was
-    archived. ``with_summary`` adds the current summary and its ledger; ``clip`` shortens
-    each message to one line of at most that many characters.
+    archived. A line then names the thread's active skills, if any. ``with_summary`` adds
+    the current summary and its ledger; ``clip`` shortens each message to one line of at
+    most that many characters.
     """
     thread = load_thread(persistence, thread_id)
     versioned = list(zip(thread.versions, thread.archive, strict=True))
@@ -146,6 +161,8 @@ def show_thread(
         shown, notes = full_inputs(thread.window, artifacts)
         lines = transcript_lines(shown, start=number, clip=clip, notes=notes)
         out.write("\n".join(lines) + "\n")
+    if thread.skills:
+        out.write(f"active skills: {escape_control(', '.join(thread.skills))}\n")
     if with_summary:
         out.write("\n" + escape_control(summary_text(thread)) + "\n")
 
