@@ -15,3 +15,11 @@ def effective_settings(context: Context, default: Settings) -> Settings:
     """
     override = context.settings
     return default if override is None else override.merged_onto(default)
+
+
+def settings_for(context: object, default: Settings) -> Settings:
+    """:func:`effective_settings`, or ``default`` when there is no ctxgraph ``Context``.
+
+    A tool or tool wrapper run outside a ctxgraph run sees ``None`` as its context.
+    """
+    return effective_settings(context, default) if isinstance(context, Context) else default

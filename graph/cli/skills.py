@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -152,7 +151,7 @@ def _unknown(name: str, folders: Sequence[str], snapshot: SkillSnapshot) -> str:
         if path.name == "SKILL.md" and path.parent.name == name:
             return f"skill {name!r} cannot be used: {problem}"
     where = ", ".join(os.path.abspath(folder) for folder in folders)
-    close = difflib.get_close_matches(name, snapshot.names, n=5, cutoff=0.5)
+    close = snapshot.close_matches(name)
     if close:
         hint = f"close matches: {', '.join(close)}"
     elif snapshot.names:

@@ -10,11 +10,10 @@ from typing import Any
 from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.nodes.settings import settings_for
 from ctxgraph.nodes.skills.slash import slash_command
 from ctxgraph.nodes.skills.sources import SkillSources
 from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult
-from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.skills import Skill, SkillSnapshot
 
@@ -126,12 +125,7 @@ class SkillPolicyGate:
         state = request.state
         if not isinstance(state, Mapping):
             return None
-        context = request.runtime.context
-        settings = (
-            effective_settings(context, self._settings)
-            if isinstance(context, Context)
-            else self._settings
-        )
+        settings = settings_for(request.runtime.context, self._settings)
         policy = policy_for_state(state, self._sources.current(settings))
         name = request.tool_call["name"]
         if policy.permits(name):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,7 +68,7 @@ def first_call_of_turn(window: Sequence[BaseMessage]) -> bool:
 
 def unknown_skill_reply(name: str, snapshot: SkillSnapshot) -> AIMessage:
     """The one assistant message that answers an unknown or disabled ``/name``."""
-    close = difflib.get_close_matches(name, snapshot.names, n=5, cutoff=0.5)
+    close = snapshot.close_matches(name)
     if close:
         listed = ", ".join(f"/{match}" for match in close)
         suggestions = f" Did you mean {listed}?"

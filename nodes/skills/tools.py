@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Annotated, Any
 
 from langchain_core.messages import ToolMessage
@@ -10,7 +9,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolRuntime
 from langgraph.types import Command
 
-from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.nodes.settings import settings_for
 from ctxgraph.nodes.skills.active import cut_to_tokens
 from ctxgraph.nodes.skills.record import activation
 from ctxgraph.nodes.skills.sources import SkillSources
@@ -61,14 +60,8 @@ class SkillTools:
         self._sources = sources
         self._settings = settings
 
-    def _settings_of(self, runtime: ToolRuntime[Context]) -> Settings:
-        context = runtime.context
-        if isinstance(context, Context):
-            return effective_settings(context, self._settings)
-        return self._settings
-
     def _skill(self, runtime: ToolRuntime[Context], name: str) -> tuple[Skill, Settings]:
-        settings = self._settings_of(runtime)
+        settings = settings_for(runtime.context, self._settings)
         snapshot = self._sources.current(settings)
         skill = snapshot.get(name)
         if skill is None:
@@ -151,7 +144,7 @@ class SkillTools:
 
 def unknown_skill(name: str, snapshot: SkillSnapshot) -> str:
     """The error for a name that is not a loadable skill, with close matches."""
-    close = difflib.get_close_matches(name, snapshot.names, n=5, cutoff=0.5)
+    close = snapshot.close_matches(name)
     hint = f" Close matches: {', '.join(close)}." if close else ""
     if not snapshot.names:
         hint = " No skills are available."

@@ -95,25 +95,25 @@ class SkillRequests:
         slash = slash_skill(window, snapshot)
         present = loads_in_window(window) if entries else set()
         size = self._window_of(settings)
+        list_budget = settings.skills_list_tokens(size)
+        reinject_budget = settings.skills_reinject_tokens(size)
         key = (
             snapshot.digest,
             tuple(_entry_key(entry) for entry in entries),
             frozenset(str(e.get("tool_call_id")) for e in entries) & present,
             None if slash is None else (slash.path, slash.sha256),
-            settings.skills_list_tokens(size),
-            settings.skills_reinject_tokens(size),
+            list_budget,
+            reinject_budget,
         )
         if self._parts_cache is not None and self._parts_cache[0] == key:
             return self._parts_cache[1]
         policy = tool_policy(entries, slash, snapshot)
-        listing = self._listing(snapshot, settings.skills_list_tokens(size))
+        listing = self._listing(snapshot, list_budget)
         blocks: list[str] = []
         if entries or slash is not None:
             blocks.append(render_reminders(entries, snapshot, policy, self._tool_names))
         reattach = bodies_to_reattach(entries, window, snapshot, slash)
-        blocks.extend(
-            render_reattached(reattach, settings.skills_reinject_tokens(size), count_text)
-        )
+        blocks.extend(render_reattached(reattach, reinject_budget, count_text))
         if slash is not None:
             blocks.append(render_slash(slash))
         context = skills_message("\n\n".join(blocks)) if blocks else None

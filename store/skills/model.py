@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -94,6 +95,10 @@ class SkillSnapshot:
     def get(self, name: str) -> Skill | None:
         """The skill called ``name``, or None."""
         return self._by_name.get(name)
+
+    def close_matches(self, name: str, limit: int = 5) -> list[str]:
+        """Names of skills that look like ``name`` (a typo's likely targets), best first."""
+        return difflib.get_close_matches(name, self.names, n=limit, cutoff=0.5)
 
     @property
     def names(self) -> tuple[str, ...]:
