@@ -9,6 +9,7 @@ from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
+from ctxgraph.state.delegations import DelegationRecord, merge_delegations
 from ctxgraph.state.skill_context import SkillContextEntry, merge_skill_context
 
 
@@ -64,4 +65,9 @@ class AgentState(TypedDict):
     skill_context: NotRequired[Annotated[list[SkillContextEntry], merge_skill_context]]
     """The active skills: de-duplicated by path, most recent last, at most
     ``Settings.max_active_skills``. Kept apart from ``messages``, so compaction never folds it.
+    """
+    delegations: NotRequired[Annotated[DelegationRecord, merge_delegations]]
+    """One entry per ``task`` call (type, brief, status, refs), at most 50 with older
+    finished ones folded into counts. Kept apart from ``messages``, so compaction never
+    folds it; every request renders it.
     """

@@ -269,6 +269,53 @@ class Settings:
         },
     )
 
+    subagent_result_tokens: int = field(
+        default=2_000,
+        metadata={
+            "description": "Tokens of a subagent's final text kept in the parent's task "
+            "result; the full text and transcript stay readable by ref."
+        },
+    )
+    subagent_max_parallel: int = field(
+        default=3,
+        metadata={
+            "description": "task calls one model answer may run; each extra call gets an "
+            "error result (capped, parallel_limit)."
+        },
+    )
+    subagent_max_per_run: int = field(
+        default=6,
+        metadata={
+            "description": "task calls one run may start; later calls get an error result "
+            "(capped, run_limit)."
+        },
+    )
+    subagent_timeout_s: float = field(
+        default=1_800.0,
+        metadata={"description": "Seconds a subagent may run before it is stopped (timed_out)."},
+    )
+    subagent_max_steps: int = field(
+        default=150,
+        metadata={
+            "description": "A subagent's recursion limit; reaching it stops the child with "
+            "its partial text (capped, step_limit)."
+        },
+    )
+    subagent_max_depth: int = field(
+        default=1,
+        metadata={
+            "description": "Levels of delegation: 1 means subagents get no task tool; 2 lets "
+            "them delegate once more. Read when the graph is built."
+        },
+    )
+    subagent_general_purpose: bool = field(
+        default=True,
+        metadata={
+            "description": "Add the general-purpose subagent (the graph's tools, no task) "
+            "when the graph has subagents. Read when the graph is built."
+        },
+    )
+
     def __new__(cls, **given: Any) -> Self:
         """Record the names of the given fields, then build as usual."""
         instance = super().__new__(cls)
@@ -415,6 +462,27 @@ class Settings:
                 f"got {self.read_only_tools!r}"
             )
         self._check_skills()
+        self._check_subagents()
+
+    def _check_subagents(self) -> None:
+        _require_int(
+            "subagent_result_tokens", self.subagent_result_tokens, minimum=100, example=2_000
+        )
+        _require_int("subagent_max_parallel", self.subagent_max_parallel, minimum=1, example=3)
+        _require_int("subagent_max_per_run", self.subagent_max_per_run, minimum=1, example=6)
+        _require_int("subagent_max_steps", self.subagent_max_steps, minimum=4, example=150)
+        _require_int("subagent_max_depth", self.subagent_max_depth, minimum=1, example=1)
+        timeout = self.subagent_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise SettingsError(
+                "Settings.subagent_timeout_s must be a number of seconds above 0, for example "
+                f"1800, got {timeout!r}"
+            )
+        if not isinstance(self.subagent_general_purpose, bool):
+            raise SettingsError(
+                "Settings.subagent_general_purpose must be True or False, "
+                f"got {self.subagent_general_purpose!r}"
+            )
 
     def _check_skills(self) -> None:
         dirs = self.skills_dirs
