@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ctxgraph.state.context import Context
     from ctxgraph.state.models import Models
     from ctxgraph.state.settings import Settings
+    from ctxgraph.state.subagents import SubagentSpec
     from ctxgraph.store.memory.repository import MemoryRepository
 
 __version__ = "0.2.0"
@@ -26,6 +27,7 @@ _EXPORTS = {
     "Context": "ctxgraph.state.context",
     "Models": "ctxgraph.state.models",
     "Settings": "ctxgraph.state.settings",
+    "SubagentSpec": "ctxgraph.state.subagents",
     "MemoryRepository": "ctxgraph.store.memory.repository",
 }
 
@@ -34,6 +36,7 @@ __all__ = [
     "MemoryRepository",
     "Models",
     "Settings",
+    "SubagentSpec",
     "__version__",
     "as_subgraph",
     "build_graph",

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import inspect
 import os
-from collections.abc import Awaitable, Callable, Hashable, Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
 
-from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.runtime import get_runtime
 from langgraph.store.base import BaseStore
 
+from ctxgraph.graph.delegation import build_delegation
 from ctxgraph.graph.input_check import attach_input_check
+from ctxgraph.graph.paired_node import paired_node as _node
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.invalid_calls import invalid_calls_node
@@ -31,56 +29,18 @@ from ctxgraph.nodes.skills.policy import SkillPolicyGate
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.nodes.skills.tools import SkillTools
 from ctxgraph.nodes.skills.view import SkillRequests
+from ctxgraph.nodes.subagents.route import SUBAGENT_NODE
 from ctxgraph.nodes.tools import read_history_tool, tools_node
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.context import Context
 from ctxgraph.state.graph_state import AgentState, InputState, OutputState
 from ctxgraph.state.models import Models, input_window
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.subagents import SubagentSpec
 from ctxgraph.state.tokens import TokenCounter
 
 Graph = CompiledStateGraph[AgentState, Context, InputState, OutputState]
 Builder = StateGraph[AgentState, Context, InputState, OutputState]
-
-_Handler = Callable[..., Any]
-"""A node body: ``(state, runtime)``, or ``(state, runtime, config)``."""
-_AsyncHandler = Callable[..., Awaitable[Any]]
-"""The async twin of ``_Handler``."""
-
-
-class PairedNode(Runnable[AgentState, Any]):
-    """A graph node whose ``invoke`` runs ``sync`` and whose ``ainvoke`` runs ``async_``.
-
-    Both bodies get the state and, as LangGraph gives plain function nodes, the run's
-    ``runtime`` and (when they declare a ``config`` parameter) its ``config``. Like a
-    plain function node, it opens no callback run of its own: LangGraph's task run for
-    the node already covers it, and a second run per node costs a noticeable share of
-    each step.
-    """
-
-    def __init__(self, sync: _Handler, async_: _AsyncHandler, *, name: str) -> None:
-        self.name = name
-        self._sync = sync
-        self._async = async_
-        self._sync_config = "config" in inspect.signature(sync).parameters
-        self._async_config = "config" in inspect.signature(async_).parameters
-
-    def invoke(self, input: AgentState, config: RunnableConfig | None = None, **_: Any) -> Any:
-        """Run the sync body."""
-        extra = {"config": ensure_config(config)} if self._sync_config else {}
-        return self._sync(input, runtime=get_runtime(Context), **extra)
-
-    async def ainvoke(
-        self, input: AgentState, config: RunnableConfig | None = None, **_: Any
-    ) -> Any:
-        """Run the async body."""
-        extra = {"config": ensure_config(config)} if self._async_config else {}
-        return await self._async(input, runtime=get_runtime(Context), **extra)
-
-
-def _node(sync: _Handler, async_: _AsyncHandler, *, name: str) -> PairedNode:
-    """The node running ``sync`` in sync runs and ``async_`` in async runs."""
-    return PairedNode(sync, async_, name=name)
 
 
 def create_builder(
@@ -89,6 +49,7 @@ def create_builder(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
     head: ThreadHead | None = None,
+    subagents: Sequence[SubagentSpec] | bool = (),
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence.
 
@@ -99,11 +60,16 @@ def create_builder(
     With ``settings.memory_extraction == "off"`` the graph has no extraction nodes (no
     ``flush``, no ``extract_memory``), and with ``settings.memory_mode == "off"`` no
     ``load_memory`` node and no ``memory_search`` tool; otherwise per-run settings choose.
+
+    ``subagents`` (``SubagentSpec`` instances, or True for the general-purpose subagent
+    alone) adds the ``task`` tool and a ``subagent`` node that runs each call's child.
     """
     settings = settings or Settings()
     with_loading = settings.memory_mode != "off"
     skills = SkillSources() if has_sources(settings) else None
-    all_tools = graph_tools(tools, settings, skills)
+    delegation = build_delegation(subagents, models.main, tools, settings)
+    own_tools = [*tools, delegation.tool] if delegation else list(tools)
+    all_tools = graph_tools(own_tools, settings, skills)
     tool_names = [t.name for t in all_tools]
     counter = TokenCounter()
     skill_requests = None
@@ -115,7 +81,9 @@ def create_builder(
         )
         wrappers.insert(0, SkillPolicyGate(skills, settings, tool_names))
     requests = RequestBuilder(all_tools, counter, skill_requests)
-    model = ModelNode(models.main, all_tools, settings, requests, skills)
+    model = ModelNode(
+        models.main, all_tools, settings, requests, skills, delegates=delegation is not None
+    )
     compact = CompactNode(models, requests, settings, counter, head=head)
     with_memory = settings.memory_extraction != "off"
 
@@ -148,14 +116,21 @@ def create_builder(
         builder.add_conditional_edges("load_memory", compact.route, before_model)
     else:
         builder.add_conditional_edges(START, compact.route, before_model)
-    builder.add_conditional_edges(
-        "model",
-        route_after_model,
-        {"tools": "tools", "invalid_calls": "invalid_calls", "finish": finish},
-    )
-    builder.add_conditional_edges(
-        "tools", AfterTools(compact.route), {**before_model, "invalid_calls": "invalid_calls"}
-    )
+    after_model: dict[Hashable, str] = {
+        "tools": "tools",
+        "invalid_calls": "invalid_calls",
+        "finish": finish,
+    }
+    after_tools = AfterTools(compact.route)
+    after_tools_targets = {**before_model, "invalid_calls": "invalid_calls"}
+    if delegation is None:
+        builder.add_conditional_edges("model", route_after_model, after_model)
+    else:
+        node = delegation.node
+        builder.add_node(SUBAGENT_NODE, _node(node.invoke, node.ainvoke, name=SUBAGENT_NODE))
+        builder.add_conditional_edges("model", delegation.router, after_model)
+        builder.add_conditional_edges(SUBAGENT_NODE, after_tools, after_tools_targets)
+    builder.add_conditional_edges("tools", after_tools, after_tools_targets)
     builder.add_conditional_edges("invalid_calls", compact.route, before_model)
     return builder
 
@@ -199,6 +174,7 @@ def build_graph(
     models: Models | None = None,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
+    subagents: Sequence[SubagentSpec] | bool = (),
 ) -> Graph:
     """Build and compile the graph; ``models=None`` reads the models from the environment.
 
@@ -212,6 +188,7 @@ def build_graph(
         tools=tools,
         settings=settings,
         head=checkpoint_head(checkpointer),
+        subagents=subagents,
     )
     return compile_graph(builder, checkpointer=checkpointer, store=store)
 

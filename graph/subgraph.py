@@ -36,6 +36,7 @@ from ctxgraph.graph.input_check import attach_input_check
 from ctxgraph.state.graph_state import InputState
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.subagents import SubagentSpec
 
 SubgraphNode = RunnableLambda[Any, dict[str, list[BaseMessage]]]
 """The node ``as_subgraph`` returns: parent state in, a ``messages`` update out."""
@@ -51,6 +52,7 @@ def as_subgraph(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
     name: str = "ctxgraph",
+    subagents: Sequence[SubagentSpec] | bool = (),
 ) -> SubgraphNode:
     """Return ctxgraph as a node for a parent graph with ``add_messages`` ``messages``.
 
@@ -58,8 +60,9 @@ def as_subgraph(
     ``SubgraphSetupError`` naming the one that is missing. ``models=None`` reads the
     models from the environment, as ``build_graph`` does. ``name`` names the node's runs
     in traces; the checkpoint namespace is the node name given to ``add_node``.
+    ``subagents`` adds the ``task`` tool, as in ``build_graph``.
     """
-    child = compile_child(models=models, tools=tools, settings=settings)
+    child = compile_child(models=models, tools=tools, settings=settings, subagents=subagents)
 
     def run(state: Any, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
         return sync_turn(child, state, config)
@@ -75,12 +78,14 @@ def compile_child(
     models: Models | None = None,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
+    subagents: Sequence[SubagentSpec] | bool = (),
 ) -> Graph:
     """The ctxgraph graph compiled to keep its own state under a parent's checkpointer."""
     builder = create_builder(
         models=models if models is not None else Models.from_env(os.environ),
         tools=tools,
         settings=settings,
+        subagents=subagents,
     )
     child = builder.compile(checkpointer=True, name="ctxgraph")
     attach_input_check(child)

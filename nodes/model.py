@@ -21,7 +21,9 @@ from ctxgraph.nodes.skills.policy import ToolPolicy
 from ctxgraph.nodes.skills.record import activation
 from ctxgraph.nodes.skills.slash import first_call_of_turn, slash_command, unknown_skill_reply
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
+from ctxgraph.nodes.subagents.record import model_update, with_abandoned
 from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.delegations import DelegationEntry
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
@@ -41,6 +43,8 @@ class _Call:
     bound: Runnable[LanguageModelInput, BaseMessage]
     request: list[BaseMessage]
     extra: dict[str, Any]
+    abandoned: list[DelegationEntry]
+    """Delegations left running by an earlier run, marked cancelled for this call."""
 
 
 class ModelNode:
@@ -58,6 +62,8 @@ class ModelNode:
         settings: Settings,
         builder: RequestBuilder,
         skills: SkillSources | None = None,
+        *,
+        delegates: bool = False,
     ) -> None:
         self._model = model
         self._tools = list(tools)
@@ -70,6 +76,7 @@ class ModelNode:
         self._builder = builder
         self._skills = skills
         self._checked_digest = ""
+        self._delegates = delegates
 
     def _checked_request(self, state: AgentState, settings: Settings) -> list[BaseMessage]:
         request = self._builder.build(state, settings)
@@ -97,16 +104,20 @@ class ModelNode:
                 self._restricted[names] = bound
         return bound
 
-    @staticmethod
-    def _update(reply: BaseMessage, extra: dict[str, Any]) -> dict[str, Any]:
+    def _update(self, reply: BaseMessage, call: _Call) -> dict[str, Any]:
         """The answer as a state update, its unusable tool calls marked invalid.
 
         Calls of an answer cut off at the output limit count as invalid too, and every
-        invalid call gets an id, so its error result can answer it.
+        invalid call gets an id, so its error result can answer it. In a graph with
+        subagents, the answer's ``task`` calls enter the delegation record as running.
         """
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
-        return {"messages": [with_invalid_call_ids(with_cut_off_calls_invalid(reply))], **extra}
+        answer = with_invalid_call_ids(with_cut_off_calls_invalid(reply))
+        extra = call.extra
+        if self._delegates:
+            extra = {**extra, **model_update(answer, call.abandoned)}
+        return {"messages": [answer], **extra}
 
     def _slash(
         self, state: AgentState, settings: Settings, snapshot: SkillSnapshot
@@ -146,9 +157,12 @@ class ModelNode:
         answered, extra = self._slash(state, settings, snapshot)
         if answered is not None:
             return answered
+        marked: list[DelegationEntry] = []
+        if self._delegates:
+            state, marked = with_abandoned(state)
         request = self._checked_request(state, settings)
         bound = self._bound_for(self._builder.skill_parts(state, settings).policy, settings)
-        return _Call(bound, request, extra)
+        return _Call(bound, request, extra, marked)
 
     def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""
@@ -157,7 +171,7 @@ class ModelNode:
         call = self._prepare(state, settings, snapshot)
         if not isinstance(call, _Call):
             return call
-        return self._update(call.bound.invoke(call.request), call.extra)
+        return self._update(call.bound.invoke(call.request), call)
 
     async def ainvoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Asynchronous model call."""
@@ -168,4 +182,4 @@ class ModelNode:
         call = self._prepare(state, settings, snapshot)
         if not isinstance(call, _Call):
             return call
-        return self._update(await call.bound.ainvoke(call.request), call.extra)
+        return self._update(await call.bound.ainvoke(call.request), call)

@@ -13,6 +13,7 @@ from ctxgraph.nodes.compaction.partition import repair_tool_pairs
 from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.request_size import RequestSize, state_key
 from ctxgraph.nodes.skills.view import NO_SKILLS, SkillParts, SkillRequests
+from ctxgraph.nodes.subagents.render import delegations_message
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.settings import Settings
@@ -60,8 +61,8 @@ class RequestBuilder:
     """Builds the request: system rules and skill listing, memory, summary, skills, window.
 
     In order: ``[system rules + skill listing] + [memory view] + [summary data] + [active
-    skills] + working messages``. It is the ``RequestMeasurer`` the compaction node
-    measures requests with.
+    skills] + [delegation record] + working messages``. It is the ``RequestMeasurer`` the
+    compaction node measures requests with.
     """
 
     def __init__(
@@ -78,6 +79,8 @@ class RequestBuilder:
         self._summary_cache: tuple[tuple[str, int], HumanMessage] | None = None
         # The memory message of the latest view; a turn's requests all carry the same one.
         self._memory_cache: tuple[str, HumanMessage] | None = None
+        # The delegation record's message, rebuilt when the record changes.
+        self._delegations_cache: tuple[str, HumanMessage | None] | None = None
         # The size of the last measured state: the router, compact and model nodes of one
         # step measure the same request.
         self._size_cache: tuple[Hashable, RequestSize] | None = None
@@ -109,6 +112,9 @@ class RequestBuilder:
             request.append(self._summary_message(summary, mark, settings))
         if skills.context is not None:
             request.append(skills.context)
+        delegations = self._delegations_message(state)
+        if delegations is not None:
+            request.append(delegations)
         safe, _ = repair_tool_pairs(window[leading:])
         request.extend(safe)
         return request
@@ -120,6 +126,15 @@ class RequestBuilder:
         if self._system_cache is None or self._system_cache[0] != key:
             self._system_cache = (key, system_message(prompt, listing))
         return self._system_cache[1]
+
+    def _delegations_message(self, state: AgentState) -> HumanMessage | None:
+        record = state.get("delegations")
+        if not record:
+            return None
+        key = repr(record)
+        if self._delegations_cache is None or self._delegations_cache[0] != key:
+            self._delegations_cache = (key, delegations_message(record))
+        return self._delegations_cache[1]
 
     def _memory_message(self, view: str) -> HumanMessage:
         if self._memory_cache is None or self._memory_cache[0] != view:

@@ -21,12 +21,13 @@ class RequestSize:
 
 
 def state_key(state: AgentState, settings: Settings) -> Hashable:
-    """What a request depends on: the window, the summary mark, the memory view, settings."""
+    """What a request depends on: window, summary mark, memory view, delegations, settings."""
     window: Sequence[BaseMessage] = state.get("messages") or []
     return (
         tuple((m.id, len(m.content)) for m in window),
         (state.get("compaction") or {}).get("checksum"),
         state.get("memory_view") or "",
+        repr(state.get("delegations")),
         settings,
     )
 

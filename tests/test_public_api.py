@@ -20,6 +20,7 @@ def test_the_promised_imports_and_signatures() -> None:
         "models",
         "tools",
         "settings",
+        "subagents",
     ]
     assert list(inspect.signature(render_memory).parameters) == [
         "profile",
@@ -64,6 +65,8 @@ def test_the_promised_imports_and_signatures() -> None:
 
 
 def test_the_package_root_exports_the_main_names() -> None:
+    import inspect
+
     import ctxgraph
     from ctxgraph import Context, MemoryRepository, Models, Settings, build_graph, create_builder
     from ctxgraph.graph.builder import build_graph as built_in_builder
@@ -78,6 +81,17 @@ def test_the_package_root_exports_the_main_names() -> None:
     assert callable(create_builder) and callable(open_persistence)
     assert callable(open_async_persistence)
     assert MemoryRepository.__name__ == "MemoryRepository"
+    from ctxgraph import SubagentSpec
+    from ctxgraph.state.subagents import SubagentSpec as SpecClass
+
+    assert SubagentSpec is SpecClass and "SubagentSpec" in ctxgraph.__all__
+    assert list(inspect.signature(SubagentSpec).parameters) == [
+        "name",
+        "description",
+        "system_prompt",
+        "tools",
+        "model",
+    ]
     assert Models.__name__ == "Models" and Settings.__name__ == "Settings"
 
 

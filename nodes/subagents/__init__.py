@@ -1,0 +1,1 @@
+"""Subagents: the ``task`` tool, the node that runs isolated children, and their record."""

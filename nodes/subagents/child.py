@@ -1,0 +1,73 @@
+"""The nodes of a child graph: its state, its model step and where each step goes next."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, NotRequired
+
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from ctxgraph.nodes.subagents.record import model_update
+from ctxgraph.nodes.subagents.stop import check_stop
+from ctxgraph.state.delegations import DelegationRecord, merge_delegations
+
+
+class ChildState(TypedDict):
+    """A child's checkpointed state: its own transcript, and its own delegations."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    delegations: NotRequired[Annotated[DelegationRecord, merge_delegations]]
+
+
+class ChildModel:
+    """The child's model step: checks its stop flags, then calls the model on its transcript.
+
+    A child that may delegate records the ``task`` calls of its answers, as the parent does.
+    """
+
+    def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], *, delegates: bool) -> None:
+        self._bound: Runnable[LanguageModelInput, BaseMessage] = (
+            model.bind_tools(list(tools)) if tools else model
+        )
+        self._delegates = delegates
+
+    def _update(self, reply: BaseMessage) -> dict[str, Any]:
+        if not isinstance(reply, AIMessage):
+            raise TypeError(f"a subagent's model returned {type(reply).__name__}, not an AIMessage")
+        extra = model_update(reply, []) if self._delegates else {}
+        return {"messages": [reply], **extra}
+
+    def invoke(self, state: ChildState, runtime: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Synchronous model call (refused once the child was told to stop)."""
+        check_stop(config)
+        return self._update(self._bound.invoke(state["messages"], config))
+
+    async def ainvoke(
+        self, state: ChildState, runtime: Any, config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Asynchronous model call (refused once the child was told to stop)."""
+        check_stop(config)
+        return self._update(await self._bound.ainvoke(state["messages"], config))
+
+
+def route_start(state: ChildState) -> Literal["model", "tools", "done"]:
+    """Where a child (re)starts: a finished transcript is done, pending calls run first.
+
+    A child's first messages have fixed ids, so running it again in its namespace (a
+    parent step replayed after a crash) continues its saved transcript.
+    """
+    last = state["messages"][-1] if state["messages"] else None
+    if isinstance(last, AIMessage):
+        return "tools" if last.tool_calls else "done"
+    return "model"
+
+
+def route_after_child_model(state: ChildState) -> Literal["tools", "done"]:
+    """Tool calls run; any other answer is the child's final answer."""
+    last = state["messages"][-1]
+    return "tools" if isinstance(last, AIMessage) and last.tool_calls else "done"
