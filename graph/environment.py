@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -11,17 +11,24 @@ from langgraph.store.base import BaseStore
 
 from ctxgraph.graph.builder import Graph, build_graph
 from ctxgraph.graph.demo import demo_tools
+from ctxgraph.graph.subagent_files import SubagentFileError, read_subagent_specs
 from ctxgraph.state.models import SCRIPTED_MODEL_NAME, Models
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.subagents import SubagentSpec
+
+SUBAGENTS_VARIABLE = "CTXGRAPH_SUBAGENTS_DIR"
+"""A folder of subagent ``.md`` files (see ``read_subagent_specs``); unset: no subagents."""
 
 
 @dataclass(frozen=True)
 class EnvironmentConfig:
-    """Models, tools and settings as the environment configures them."""
+    """Models, tools, settings and subagents as the environment configures them."""
 
     models: Models
     tools: tuple[BaseTool, ...]
     settings: Settings
+    subagents: tuple[SubagentSpec, ...] = field(default=())
+    """The specs read from ``CTXGRAPH_SUBAGENTS_DIR``; empty when it is unset."""
 
     @classmethod
     def read(cls, environ: Mapping[str, str]) -> EnvironmentConfig:
@@ -29,12 +36,18 @@ class EnvironmentConfig:
 
         ``CTXGRAPH_MODEL=scripted`` selects the offline demo model, which comes with the
         one tool it knows how to call.
+
+        ``CTXGRAPH_SUBAGENTS_DIR`` names a folder of subagent ``.md`` files; their
+        ``tools`` fields may name only the tools above (none unless scripted). Any bad
+        file raises ``SubagentFileError``.
         """
         scripted = environ.get("CTXGRAPH_MODEL", "").strip() == SCRIPTED_MODEL_NAME
+        tools = demo_tools() if scripted else ()
         return cls(
             models=Models.from_env(environ),
-            tools=demo_tools() if scripted else (),
+            tools=tools,
             settings=Settings.from_env(environ),
+            subagents=_subagents(environ, tools),
         )
 
     def build(
@@ -50,4 +63,16 @@ class EnvironmentConfig:
             models=self.models,
             tools=self.tools,
             settings=self.settings,
+            subagents=self.subagents,
         )
+
+
+def _subagents(environ: Mapping[str, str], tools: tuple[BaseTool, ...]) -> tuple[SubagentSpec, ...]:
+    """The specs of the ``CTXGRAPH_SUBAGENTS_DIR`` folder, read with ``tools`` by name."""
+    folder = environ.get(SUBAGENTS_VARIABLE, "").strip()
+    if not folder:
+        return ()
+    try:
+        return read_subagent_specs(folder, {tool.name: tool for tool in tools})
+    except SubagentFileError as error:
+        raise SubagentFileError(f"{SUBAGENTS_VARIABLE}: {error}") from None

@@ -50,6 +50,10 @@ _MEMORY_QUESTION = re.compile(
     r"\bwhat do you (?:remember|know) about me\b|你记得我什么", re.IGNORECASE
 )
 _RECALL = re.compile(r"\b(what did i (?:say|tell you)|remind me)\b", re.IGNORECASE)
+_DELEGATE = re.compile(
+    r"^ask the (?P<kind>[a-z0-9][a-z0-9_-]*) (?:subagent )?to (?P<task>\S.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 
 _SKILL_NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
@@ -189,7 +193,8 @@ def demo_chat_reply(messages: list[BaseMessage]) -> AIMessage:
 
     With skills listed, a message naming one (``Use the packing-list skill``) loads it
     with ``load_skill``; a ``/name`` activation is acknowledged in the final answer, and a
-    recall answer names the thread's active skills.
+    recall answer names the thread's active skills. ``Ask the researcher to ...`` hands
+    the rest to the ``researcher`` subagent with ``task``.
     """
     last = messages[-1]
     if isinstance(last, ToolMessage):
@@ -206,6 +211,10 @@ def demo_chat_reply(messages: list[BaseMessage]) -> AIMessage:
                 {"name": "calculator", "args": {"expression": expression.group(1)}, "id": call_id}
             ],
         )
+    delegated = _DELEGATE.match(said.strip())
+    if delegated:
+        args = {"description": delegated["task"], "subagent_type": delegated["kind"].lower()}
+        return AIMessage(content="", tool_calls=[{"name": "task", "args": args, "id": call_id}])
     named = _named_skill(said, _listed_skills(messages), _slash_skill(messages))
     if named is not None:
         return AIMessage(
@@ -232,6 +241,9 @@ def _after_tool(result: ToolMessage, messages: list[BaseMessage]) -> str:
     text = content_text(result)
     if result.name == "load_skill":
         return _loaded_answer(text)
+    if result.name == "task":
+        report = text.split("\n\n[subagent ", 1)[0]
+        return f"The subagent reported: {_short(report, 200)}"
     answer = f"The calculator says {text}."
     slash = _slash_skill(messages)
     if slash is not None:

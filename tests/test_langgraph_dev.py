@@ -52,6 +52,7 @@ def server_env() -> dict[str, str]:
             "LANGGRAPH_NO_VERSION_CHECK": "true",
             "CTXGRAPH_MODEL": "scripted",
             "CTXGRAPH_SKILLS_DIRS": str(REPO_ROOT / "examples" / "skills"),
+            "CTXGRAPH_SUBAGENTS_DIR": str(REPO_ROOT / "examples" / "subagents"),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -262,3 +263,21 @@ def test_langgraph_dev_serves_ctxgraph(tmp_path: Path) -> None:
         assert message_text(unknown["messages"][-1]) == (
             "There is no skill called /trip-budgt. Did you mean /trip-budget?"
         )
+
+        # Subagents come from CTXGRAPH_SUBAGENTS_DIR: the child runs and is recorded.
+        task_thread = client.threads.create()["thread_id"]
+        delegated = client.runs.wait(
+            task_thread,
+            GRAPH_ID,
+            input={
+                "messages": [{"role": "user", "content": "Ask the researcher to list the piers."}]
+            },
+            context=CONTEXT,
+        )
+        assert isinstance(delegated, dict), delegated
+        assert [m["type"] for m in delegated["messages"]] == ["human", "ai", "tool", "ai"]
+        result = delegated["messages"][2]
+        assert result["name"] == "task" and result["status"] == "success", message_text(result)
+        assert message_text(result).startswith("Noted: list the piers.\n\n[subagent researcher:")
+        entries = client.threads.get_state(task_thread)["values"]["delegations"]["entries"]
+        assert [(e["type"], e["status"]) for e in entries] == [("researcher", "completed")]

@@ -6,8 +6,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 
-import yaml
-
+from ctxgraph.state.front_matter import FrontMatterError, split_front_matter
 from ctxgraph.store.skills.model import Skill, SkillProblem, SkillSource
 
 __all__ = [
@@ -32,8 +31,6 @@ KNOWN_FIELDS = frozenset(
     {"name", "description", "allowed-tools", "license", "compatibility", "metadata"}
 )
 """Front-matter fields of the Agent Skills format; any other one is warned about."""
-
-_FENCE = "---"
 
 _Fail = Callable[[str | None, str], "SkillFormatError"]
 """Builds the error of one field: (field, message) -> the error to raise."""
@@ -72,8 +69,10 @@ def parse_skill_md(
         sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     except UnicodeEncodeError as error:
         raise fail(None, f"not valid Unicode text: {error.reason}") from None
-    front, body = _split(text, fail)
-    data = _load_yaml(front, fail)
+    try:
+        data, body = split_front_matter(text)
+    except FrontMatterError as error:
+        raise fail(None, str(error)) from None
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else type(data).__name__
         raise fail(None, f"the front matter must be a YAML mapping of fields, not {kind}")
@@ -104,31 +103,6 @@ def parse_skill_md(
         files=files,
     )
     return skill, warnings
-
-
-def _split(text: str, fail: _Fail) -> tuple[str, str]:
-    """The front matter and the body of ``text`` (a UTF-8 BOM and CRLF line ends accepted)."""
-    lines = text.removeprefix("\ufeff").replace("\r\n", "\n").split("\n")
-    if not lines or lines[0].rstrip() != _FENCE:
-        raise fail(None, "no front matter: the file must start with a '---' line")
-    for index in range(1, len(lines)):
-        if lines[index].rstrip() == _FENCE:
-            front = "\n".join(lines[1:index])
-            rest = lines[index + 1 :]
-            while rest and not rest[0].strip():
-                rest.pop(0)
-            return front, "\n".join(rest).rstrip()
-    raise fail(None, "the front matter is not closed by a '---' line")
-
-
-def _load_yaml(front: str, fail: _Fail) -> object:
-    """``yaml.safe_load`` of the front matter, its errors as one line."""
-    try:
-        loaded: object = yaml.safe_load(front)
-    except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as error:
-        first = str(error).strip().splitlines()
-        raise fail(None, f"invalid YAML: {first[0] if first else type(error).__name__}") from None
-    return loaded
 
 
 def _name(data: Mapping[object, object], folder_name: str | None, fail: _Fail) -> str:
