@@ -50,6 +50,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from ctxgraph.graph.cli.memory import UnknownFactError
     from ctxgraph.graph.cli.skills import UnknownSkillError
     from ctxgraph.graph.cli.threads import UnknownArtifactRefError, UnknownThreadError
+    from ctxgraph.graph.subagent_files import SubagentFileError
     from ctxgraph.nodes.memory.render import MemoryBudgetError
     from ctxgraph.state.context import ContextError
     from ctxgraph.state.models import ModelConfigError
@@ -71,6 +72,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
         UnknownSkillError,
         EmbeddingConfigError,
         MemoryBudgetError,
+        SubagentFileError,
     )
 
 
@@ -229,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print the current summary and its ledger (tool-call states, user "
         "constraints and identifiers recorded by code)",
     )
+    show.add_argument(
+        "--subagents",
+        action="store_true",
+        help="also print each delegation (task call): its status, brief and the "
+        "subagent's transcript, read from its checkpoint or transcript artifact",
+    )
     verify = _command(thread_commands, "verify", "recompute a thread's checksums and hash chain")
     verify.add_argument("thread")
     artifact = _command(
@@ -334,7 +342,13 @@ def _threads(args: argparse.Namespace) -> int:
             return verify_thread_command(persistence, args.thread, sys.stdout)
         if args.threads_command == "artifact":
             return print_artifact(persistence, args.thread, args.ref, sys.stdout, sys.stderr)
-        show_thread(persistence, args.thread, sys.stdout, with_summary=args.summary)
+        show_thread(
+            persistence,
+            args.thread,
+            sys.stdout,
+            with_summary=args.summary,
+            subagents=args.subagents,
+        )
     return 0
 
 

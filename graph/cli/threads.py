@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from langchain_core.messages import BaseMessage
 
@@ -19,6 +19,7 @@ from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
 from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
 from ctxgraph.state.context import validate_label, validate_thread_id
+from ctxgraph.state.delegations import STATUSES, DelegationEntry, DelegationRecord
 from ctxgraph.store.artifacts import ArtifactError, ArtifactStore, UnknownArtifactError
 from ctxgraph.store.ownership import check_thread_owner, thread_owner
 from ctxgraph.store.persistence.archive import (
@@ -58,6 +59,10 @@ class SavedThread:
     prepared: list[tuple[int, ArchiveRecord]] = field(default_factory=list)
     skills: list[str] = field(default_factory=list)
     """The names of the thread's active skills (``skill_context``), most recent last."""
+    delegations: DelegationRecord = field(
+        default_factory=lambda: DelegationRecord(entries=[], folded={})
+    )
+    """The thread's ``task`` calls (``delegations``), oldest first, and folded counts."""
 
 
 def check_owner(persistence: Persistence, thread_id: str, user_id: str | None) -> str:
@@ -96,6 +101,27 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
         versions=[version for version, _ in committed],
         prepared=[(v, r) for v, r in stored if upto is not None and v > upto],
         skills=active_skill_names(values.get("skill_context")),
+        delegations=delegation_record(values.get("delegations")),
+    )
+
+
+def delegation_record(value: object) -> DelegationRecord:
+    """A checkpointed ``delegations`` value as a record (empty when the thread never delegated)."""
+    if not isinstance(value, Mapping):
+        return DelegationRecord(entries=[], folded={})
+    entries = value.get("entries")
+    folded = value.get("folded")
+    return DelegationRecord(
+        entries=[
+            cast(DelegationEntry, dict(entry))
+            for entry in (entries if isinstance(entries, list) else [])
+            if isinstance(entry, Mapping) and entry.get("id")
+        ],
+        folded=(
+            {str(k): v for k, v in folded.items() if isinstance(v, int)}
+            if isinstance(folded, Mapping)
+            else {}
+        ),
     )
 
 
@@ -117,13 +143,16 @@ def show_thread(
     *,
     with_summary: bool = False,
     clip: int | None = None,
+    subagents: bool = False,
 ) -> None:
     """Print every message of the thread: archived compactions first, then the window.
 
     Only committed compactions are shown. A record whose content no longer matches its
     stored hashes is preceded by a marker line saying it was modified after it was
-    archived. A line then names the thread's active skills, if any. ``with_summary`` adds
-    the current summary and its ledger; ``clip`` shortens each message to one line of at
+    archived. A line then names the thread's active skills, if any, and one counts its
+    delegations (``task`` calls), if any. ``with_summary`` adds the current summary and
+    its ledger; ``subagents`` then adds a section per delegation with the child's
+    transcript (see ``subagent_lines``); ``clip`` shortens each message to one line of at
     most that many characters.
     """
     thread = load_thread(persistence, thread_id)
@@ -135,14 +164,14 @@ def show_thread(
     # Offloaded user inputs are shown in full, read back from their artifacts (not when
     # each message is clipped to a line anyway).
     artifacts = ArtifactStore(persistence.store, thread_id) if clip is None else None
-    thread_id = escape_control(thread_id)
+    shown_id = escape_control(thread_id)
     if thread.archive:
         out.write(
-            f"thread {thread_id}: {plural(total, 'message')} ({archived} archived in "
+            f"thread {shown_id}: {plural(total, 'message')} ({archived} archived in "
             f"{plural(len(thread.archive), 'compaction')}, {len(thread.window)} in the window)\n"
         )
     else:
-        out.write(f"thread {thread_id}: {plural(total, 'message')}\n")
+        out.write(f"thread {shown_id}: {plural(total, 'message')}\n")
     number = 1
     for version, record in versioned:
         messages = folded[version]
@@ -163,8 +192,133 @@ def show_thread(
         out.write("\n".join(lines) + "\n")
     if thread.skills:
         out.write(f"active skills: {escape_control(', '.join(thread.skills))}\n")
+    counted = delegations_line(thread.delegations)
+    if counted:
+        out.write(counted + "\n")
     if with_summary:
         out.write("\n" + escape_control(summary_text(thread)) + "\n")
+    if subagents:
+        lines = subagent_lines(persistence, thread_id, thread.delegations, clip=clip)
+        out.write("\n".join(lines) + "\n")
+
+
+def _status_counts(record: DelegationRecord, *, folded_only: bool = False) -> str:
+    """``2 completed, 1 failed``: entries (unless ``folded_only``) and folded ones by status."""
+    counts: dict[str, int] = {}
+    if not folded_only:
+        for entry in record["entries"]:
+            counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    for status, count in record["folded"].items():
+        counts[status] = counts.get(status, 0) + count
+    order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
+    return ", ".join(f"{counts[status]} {escape_control(status)}" for status in order)
+
+
+def delegations_line(record: DelegationRecord) -> str | None:
+    """``delegations: 3 (2 completed, 1 failed)``, folded ones included; None if there are none."""
+    total = len(record["entries"]) + sum(record["folded"].values())
+    if not total:
+        return None
+    return f"delegations: {total} ({_status_counts(record)})"
+
+
+def subagent_header(entry: DelegationEntry) -> str:
+    """``subagent research (task call c1): completed (final_answer), 2.5s, 120 in / 40 out``.
+
+    The stop reason, time and token counts are left out when the entry has none (a
+    running one).
+    """
+    line = (
+        f"subagent {escape_control(str(entry.get('type')))} "
+        f"(task call {escape_control(str(entry.get('id')))}): "
+        f"{escape_control(str(entry.get('status')))}"
+    )
+    reason = entry.get("stop_reason")
+    if reason:
+        line += f" ({escape_control(str(reason))})"
+    elapsed = entry.get("elapsed_s")
+    if isinstance(elapsed, int | float) and not isinstance(elapsed, bool):
+        line += f", {elapsed:.1f}s"
+    tokens_in, tokens_out = entry.get("tokens_in"), entry.get("tokens_out")
+    if isinstance(tokens_in, int) and isinstance(tokens_out, int):
+        line += f", {tokens_in} in / {tokens_out} out"
+    return line
+
+
+def subagent_lines(
+    persistence: Persistence,
+    thread_id: str,
+    record: DelegationRecord,
+    *,
+    clip: int | None = None,
+) -> list[str]:
+    """A section per delegation, in record order, then a line counting folded ones.
+
+    Each section is a blank line, the header (``subagent_header``), the brief, then the
+    child's transcript: read from the child's checkpoint (namespace ``checkpoint_ns``
+    under the thread), else the text of its transcript artifact, else a line saying it
+    cannot be found. A line before the transcript names its source. A thread without
+    delegations gets a line saying so.
+    """
+    if not record["entries"] and not record["folded"]:
+        return ["", "no delegations: the thread has not called the task tool"]
+    artifacts = ArtifactStore(persistence.store, thread_id)
+    lines: list[str] = []
+    for entry in record["entries"]:
+        lines.extend(["", subagent_header(entry)])
+        lines.append(f"  brief: {escape_control(str(entry.get('brief') or ''))}")
+        lines.extend(_child_transcript(persistence, thread_id, entry, artifacts, clip))
+    if record["folded"]:
+        lines.extend(
+            [
+                "",
+                "earlier delegations, folded out of the record (no transcript shown): "
+                + _status_counts(record, folded_only=True),
+            ]
+        )
+    return lines
+
+
+def _child_transcript(
+    persistence: Persistence,
+    thread_id: str,
+    entry: DelegationEntry,
+    artifacts: ArtifactStore,
+    clip: int | None,
+) -> list[str]:
+    """The source line and transcript of one child: checkpoint, artifact, or neither."""
+    ns = entry.get("checkpoint_ns")
+    if isinstance(ns, str) and ns:
+        saved = persistence.checkpointer.get_tuple(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        )
+        shown_ns = escape_control(ns)
+        if saved is None:
+            missing = f"no checkpoint of the child at namespace {shown_ns}"
+        else:
+            values = saved.checkpoint["channel_values"]
+            messages = [m for m in values.get("messages", []) if isinstance(m, BaseMessage)]
+            if messages:
+                return [
+                    f"transcript from the child's checkpoint (namespace {shown_ns}):",
+                    *transcript_lines(messages, clip=clip),
+                ]
+            missing = f"the child's checkpoint at namespace {shown_ns} holds no messages"
+    else:
+        missing = "no checkpoint namespace recorded for the child"
+    ref = entry.get("transcript_ref")
+    if not isinstance(ref, str) or not ref:
+        return [f"the transcript cannot be found: {missing} and no transcript artifact"]
+    text, problem = _artifact_text(artifacts, ref, None)
+    if text is None:
+        return [
+            f"the transcript cannot be found: {missing}, and transcript artifact "
+            f"{escape_control(ref)} {escape_control(problem)}"
+        ]
+    return [
+        f"transcript from artifact {escape_control(ref)} ({missing}):",
+        escape_control(text.rstrip("\n")),
+    ]
 
 
 def full_inputs(

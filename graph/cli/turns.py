@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -22,6 +22,8 @@ from langchain_core.runnables import RunnableConfig
 
 from ctxgraph.graph.builder import Graph
 from ctxgraph.graph.cli.render import escape_control, tool_call_line, tool_result_line
+from ctxgraph.nodes.subagents.stop import stop_all
+from ctxgraph.nodes.subagents.tool import TASK_TOOL
 from ctxgraph.state.context import Context
 
 POLL_SECONDS = 0.1
@@ -115,7 +117,8 @@ def stream_turn(
     """Send ``text`` as the user's message and print the answer as it streams.
 
     Raises ``TurnInterruptedError`` when a ``KeyboardInterrupt`` arrives while the turn
-    runs; the partial answer printed so far is not saved.
+    runs; the partial answer printed so far is not saved, and every running subagent is
+    asked to stop (``stop_all``).
     """
     stop = threading.Event()
     found: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -138,11 +141,18 @@ def stream_turn(
         return _print_events(_events(found), out)
     except KeyboardInterrupt as cause:
         stop.set()
+        # A running subagent stops at its next model call (its flags are checked there).
+        stop_all("cancelled")
         raise TurnInterruptedError(worker, cause) from None
 
 
 def _print_events(events: Iterator[tuple[str, Any]], out: TextIO) -> AIMessage | None:
-    """Print streamed tokens and tool lines; return the last assistant message written."""
+    """Print streamed tokens, tool lines and subagent progress; return the last answer written.
+
+    A ``task`` call with a ``delegations`` entry in the same update is shown by that
+    entry's progress line (``delegation_line``) instead of the generic tool-call line;
+    a finished subagent is shown by its final entry's line, not by a tool-result line.
+    """
     final: AIMessage | None = None
     mid_line = False
     for mode, payload in events:
@@ -160,16 +170,25 @@ def _print_events(events: Iterator[tuple[str, Any]], out: TextIO) -> AIMessage |
                 out.flush()
             continue
         lines: list[str] = []
-        for node, messages in _updates(payload):
+        for node, messages, entries in _updates(payload):
+            by_call = {str(entry.get("id")): entry for entry in entries}
+            covered: set[str] = set()
             for message in messages:
                 if isinstance(message, AIMessage):
                     final = message
-                    lines.extend(
-                        tool_call_line(call["name"], call["args"], call.get("id"))
-                        for call in message.tool_calls
-                    )
+                    for call in message.tool_calls:
+                        entry = by_call.get(str(call.get("id")))
+                        if call["name"] == TASK_TOOL and entry is not None:
+                            # The progress line stands for the task call's line.
+                            lines.append(delegation_line(entry))
+                            covered.add(str(call.get("id")))
+                        else:
+                            lines.append(tool_call_line(call["name"], call["args"], call.get("id")))
                 elif isinstance(message, ToolMessage) and node == "tools":
                     lines.append(tool_result_line(message))
+            lines.extend(
+                delegation_line(entry) for key, entry in by_call.items() if key not in covered
+            )
         if lines:
             out.write(("\n" if mid_line else "") + "\n".join(lines) + "\n")
             mid_line = False
@@ -180,12 +199,48 @@ def _print_events(events: Iterator[tuple[str, Any]], out: TextIO) -> AIMessage |
     return final
 
 
-def _updates(payload: Any) -> list[tuple[str, list[Any]]]:
-    """Messages written by each node in one ``updates`` stream event."""
-    found: list[tuple[str, list[Any]]] = []
+def _updates(payload: Any) -> list[tuple[str, list[Any], list[Mapping[str, Any]]]]:
+    """Messages and ``delegations`` entries written by each node in one ``updates`` event.
+
+    ToolMessages of the ``subagent`` node are not printed by the caller: the progress line
+    of their final ``delegations`` entry stands for them.
+    """
+    found: list[tuple[str, list[Any], list[Mapping[str, Any]]]] = []
     if isinstance(payload, dict):
         for node, update in payload.items():
             if isinstance(update, dict):
                 messages = update.get("messages") or []
-                found.append((node, list(messages) if isinstance(messages, list) else [messages]))
+                entries = update.get("delegations") or []
+                if isinstance(entries, Mapping):  # a whole record
+                    entries = entries.get("entries") or []
+                found.append(
+                    (
+                        node,
+                        list(messages) if isinstance(messages, list) else [messages],
+                        [e for e in entries if isinstance(e, Mapping) and e.get("id")]
+                        if isinstance(entries, list)
+                        else [],
+                    )
+                )
     return found
+
+
+def delegation_line(entry: Mapping[str, Any]) -> str:
+    """The progress line of a ``delegations`` entry: a started or a finished subagent.
+
+    ``  subagent research: running — find the order`` when it starts;
+    ``  subagent research: completed in 2.5s`` when it ends, the stop reason added in
+    parentheses unless it is ``final_answer`` (the time is left out when unknown).
+    """
+    kind = escape_control(str(entry.get("type") or "?"))
+    status = escape_control(str(entry.get("status")))
+    if entry.get("status") == "running":
+        return f"  subagent {kind}: running — {escape_control(str(entry.get('brief') or ''))}"
+    line = f"  subagent {kind}: {status}"
+    elapsed = entry.get("elapsed_s")
+    if isinstance(elapsed, int | float) and not isinstance(elapsed, bool):
+        line += f" in {elapsed:.1f}s"
+    reason = entry.get("stop_reason")
+    if reason and reason != "final_answer":
+        line += f" ({escape_control(str(reason))})"
+    return line
