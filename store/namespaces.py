@@ -20,6 +20,11 @@ def thread_artifacts(thread_id: str) -> tuple[str, ...]:
     return ("threads", _thread_label(thread_id), "artifacts")
 
 
+def thread_compaction_jobs(thread_id: str) -> tuple[str, ...]:
+    """Namespace of a thread's finished background compaction jobs, one item per job."""
+    return ("threads", _thread_label(thread_id), "compaction_jobs")
+
+
 def thread_meta(thread_id: str) -> tuple[str, ...]:
     """Namespace of a thread's own records: its owner (key ``owner``)."""
     return ("threads", _thread_label(thread_id), "meta")

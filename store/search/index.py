@@ -18,24 +18,18 @@ import math
 import threading
 import weakref
 from collections.abc import (
-    AsyncIterator,
     Generator,
     Hashable,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
-from psycopg import AsyncCursor, Cursor
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ctxgraph.store.persistence.change_tracking import (
     CHANGED_ROWS_QUERY,
@@ -44,6 +38,7 @@ from ctxgraph.store.persistence.change_tracking import (
     tracking_probe,
 )
 from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
+from ctxgraph.store.persistence.store_cursor import astore_cursor, store_cursor
 from ctxgraph.store.search.bm25 import Bm25Index
 from ctxgraph.store.search.scoring import tokenize
 
@@ -249,7 +244,7 @@ class FactIndexCache:
     ) -> Changes | None:
         if not isinstance(store, PostgresStore):
             return _listing_changes(space, list_namespace(store, namespace))
-        with _cursor(store) as cursor:
+        with store_cursor(store) as cursor:
             if store not in self._tracked:
                 cursor.execute(tracking_probe)
                 self._tracked[store] = _ready(cursor.fetchone())
@@ -269,7 +264,7 @@ class FactIndexCache:
             items = await alist_namespace(store, namespace)
             with space.lock:
                 return _listing_changes(space, items)
-        async with _acursor(store) as cursor:
+        async with astore_cursor(store) as cursor:
             if store not in self._tracked:
                 await cursor.execute(tracking_probe)
                 self._tracked[store] = _ready(await cursor.fetchone())
@@ -377,33 +372,6 @@ def _lookup(
 
 
 Query = tuple[str, tuple[Any, ...]]
-
-
-@contextmanager
-def _cursor(store: PostgresStore) -> Iterator[Cursor[DictRow]]:
-    """A cursor on the Store's own connection (under its ``lock``), or on a pooled one."""
-    conn = store.conn
-    if isinstance(conn, ConnectionPool):
-        with conn.connection() as pooled, pooled.cursor(binary=True, row_factory=dict_row) as cur:
-            yield cur
-    else:
-        with store.lock, conn.cursor(binary=True, row_factory=dict_row) as cur:
-            yield cur
-
-
-@asynccontextmanager
-async def _acursor(store: AsyncPostgresStore) -> AsyncIterator[AsyncCursor[DictRow]]:
-    """Async :func:`_cursor`; a shared connection is used under the Store's ``lock``."""
-    conn = store.conn
-    if isinstance(conn, AsyncConnectionPool):
-        async with (
-            conn.connection() as pooled,
-            pooled.cursor(binary=True, row_factory=dict_row) as cur,
-        ):
-            yield cur
-    else:
-        async with store.lock, conn.cursor(binary=True, row_factory=dict_row) as cur:
-            yield cur
 
 
 def _refresh_plan(
