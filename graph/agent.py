@@ -1,9 +1,14 @@
-"""The compiled graph that ``langgraph.json`` serves; the platform injects persistence."""
+"""The compiled graph that ``langgraph.json`` serves; the platform injects persistence.
+
+Background compaction jobs are queued as runs of the ``compaction_worker`` graph that
+``langgraph.json`` serves next to it, so the server's run queue carries them.
+"""
 
 from __future__ import annotations
 
 import os
 
 from ctxgraph.graph.environment import EnvironmentConfig
+from ctxgraph.nodes.compaction.job_queue import ServerJobQueue
 
-graph = EnvironmentConfig.read(os.environ).build()
+graph = EnvironmentConfig.read(os.environ).build(compaction_queue=ServerJobQueue())

@@ -15,6 +15,7 @@ from ctxgraph.graph.delegation import build_delegation
 from ctxgraph.graph.input_check import attach_input_check
 from ctxgraph.graph.paired_node import paired_node as _node
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
+from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.invalid_calls import invalid_calls_node
 from ctxgraph.nodes.memory.load import MemoryLoader
@@ -50,6 +51,7 @@ def create_builder(
     settings: Settings | None = None,
     head: ThreadHead | None = None,
     subagents: Sequence[SubagentSpec] | bool = (),
+    compaction_queue: JobQueue | None = None,
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence.
 
@@ -63,28 +65,29 @@ def create_builder(
 
     ``subagents`` (``SubagentSpec`` instances, or True for the general-purpose subagent
     alone) adds the ``task`` tool and a ``subagent`` node that runs each call's child.
+
+    ``compaction_queue`` receives the background compaction jobs of async runs (on a
+    LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker`` runs);
+    without it a job is a daemon thread of the process.
     """
     settings = settings or Settings()
     with_loading = settings.memory_mode != "off"
-    skills = SkillSources() if has_sources(settings) else None
-    delegation = build_delegation(subagents, models.main, tools, settings)
-    own_tools = [*tools, delegation.tool] if delegation else list(tools)
-    all_tools = graph_tools(own_tools, settings, skills)
-    tool_names = [t.name for t in all_tools]
-    counter = TokenCounter()
-    skill_requests = None
+    parts = _Parts(models, tools, settings, subagents)
+    all_tools, requests, skills, delegation = (
+        parts.tools,
+        parts.requests,
+        parts.skills,
+        parts.delegation,
+    )
     wrappers: list[ToolWrapper] = [ResultOffloader(models.main, settings)]
     if skills is not None:
-        main = models.main
-        skill_requests = SkillRequests(
-            skills, tool_names, lambda run: input_window(main, run.context_window)
-        )
-        wrappers.insert(0, SkillPolicyGate(skills, settings, tool_names))
-    requests = RequestBuilder(all_tools, counter, skill_requests)
+        wrappers.insert(0, SkillPolicyGate(skills, settings, [t.name for t in all_tools]))
     model = ModelNode(
         models.main, all_tools, settings, requests, skills, delegates=delegation is not None
     )
-    compact = CompactNode(models, requests, settings, counter, head=head)
+    compact = CompactNode(
+        models, requests, settings, parts.counter, head=head, queue=compaction_queue
+    )
     with_memory = settings.memory_extraction != "off"
 
     builder: Builder = StateGraph(
@@ -167,6 +170,49 @@ def _with_builtin_tools(
     return all_tools
 
 
+class _Parts:
+    """The tools and the request builder a graph of these models, tools and settings has."""
+
+    def __init__(
+        self,
+        models: Models,
+        tools: Sequence[BaseTool],
+        settings: Settings,
+        subagents: Sequence[SubagentSpec] | bool,
+    ) -> None:
+        self.skills = SkillSources() if has_sources(settings) else None
+        self.delegation = build_delegation(subagents, models.main, tools, settings)
+        own_tools = [*tools, self.delegation.tool] if self.delegation else list(tools)
+        self.tools = graph_tools(own_tools, settings, self.skills)
+        self.counter = TokenCounter()
+        skill_requests = None
+        if self.skills is not None:
+            main = models.main
+            skill_requests = SkillRequests(
+                self.skills,
+                [t.name for t in self.tools],
+                lambda run: input_window(main, run.context_window),
+            )
+        self.requests = RequestBuilder(self.tools, self.counter, skill_requests)
+
+
+def compaction_node(
+    *,
+    models: Models,
+    tools: Sequence[BaseTool] = (),
+    settings: Settings | None = None,
+    subagents: Sequence[SubagentSpec] | bool = (),
+) -> CompactNode:
+    """The ``compact`` node a graph built with these arguments has, on its own.
+
+    It measures requests exactly as that graph does, so tools outside a run (the
+    ``ctxgraph threads compact`` command) split and check a thread as a turn would.
+    """
+    settings = settings or Settings()
+    parts = _Parts(models, tools, settings, subagents)
+    return CompactNode(models, parts.requests, settings, parts.counter)
+
+
 def build_graph(
     *,
     checkpointer: BaseCheckpointSaver[str] | None = None,
@@ -175,8 +221,11 @@ def build_graph(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
     subagents: Sequence[SubagentSpec] | bool = (),
+    compaction_queue: JobQueue | None = None,
 ) -> Graph:
     """Build and compile the graph; ``models=None`` reads the models from the environment.
+
+    ``subagents`` and ``compaction_queue`` are described at ``create_builder``.
 
     A ``checkpointer`` needs a ``store`` too (see ``compile_graph``); with neither, the
     graph gets both from a LangGraph server or from a parent graph at run time. To run
@@ -189,6 +238,7 @@ def build_graph(
         settings=settings,
         head=checkpoint_head(checkpointer),
         subagents=subagents,
+        compaction_queue=compaction_queue,
     )
     return compile_graph(builder, checkpointer=checkpointer, store=store)
 

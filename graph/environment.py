@@ -12,6 +12,7 @@ from langgraph.store.base import BaseStore
 from ctxgraph.graph.builder import Graph, build_graph
 from ctxgraph.graph.demo import demo_tools
 from ctxgraph.graph.subagent_files import SubagentFileError, read_subagent_specs
+from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.state.models import SCRIPTED_MODEL_NAME, Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
@@ -55,8 +56,9 @@ class EnvironmentConfig:
         *,
         checkpointer: BaseCheckpointSaver[str] | None = None,
         store: BaseStore | None = None,
+        compaction_queue: JobQueue | None = None,
     ) -> Graph:
-        """Compile the graph with this configuration and the given persistence."""
+        """Compile the graph with this configuration, the given persistence and job queue."""
         return build_graph(
             checkpointer=checkpointer,
             store=store,
@@ -64,6 +66,7 @@ class EnvironmentConfig:
             tools=self.tools,
             settings=self.settings,
             subagents=self.subagents,
+            compaction_queue=compaction_queue,
         )
 
 

@@ -62,6 +62,9 @@ class AgentState(TypedDict):
 
     Each further attempt keeps fewer messages; a committed compaction clears it.
     """
+    compaction_job: NotRequired[dict[str, Any] | None]
+    """Background mode: the job known for the thread's current compaction version
+    (``base_version``, ``state`` running/busy/ready, ``since``); cleared by a compaction."""
     skill_context: NotRequired[Annotated[list[SkillContextEntry], merge_skill_context]]
     """The active skills: de-duplicated by path, most recent last, at most
     ``Settings.max_active_skills``. Kept apart from ``messages``, so compaction never folds it.

@@ -78,20 +78,24 @@ class ScriptedChatModel(BaseChatModel):
         return self.bind(tools=schemas, **kwargs)
 
     def _next_reply(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage:
+        # The lock keeps the record and the script position consistent; the responder
+        # runs outside it, so concurrent calls (a background summary job and a turn)
+        # proceed together as they would against a real endpoint.
+        item: ScriptItem | None = None
         with self._lock:
             self.requests.append(list(messages))
             self.tool_requests.append(list(tools))
-            item: ScriptItem
+            calls = len(self.requests)
             if self._position < len(self.script):
                 item = self.script[self._position]
                 self._position += 1
-            elif self.responder is not None:
-                item = self.responder(list(messages))
-            else:
+        if item is None:
+            if self.responder is None:
                 raise ScriptExhaustedError(
-                    f"scripted model has no reply for call {len(self.requests)}: its script holds "
+                    f"scripted model has no reply for call {calls}: its script holds "
                     f"{len(self.script)} item(s) and it has no responder"
                 )
+            item = self.responder(list(messages))
         if isinstance(item, BaseException):
             raise item
         if isinstance(item, str):

@@ -83,6 +83,35 @@ class Settings:
             "do not compact again at once."
         },
     )
+    compaction_mode: Literal["inline", "background"] = field(
+        default="inline",
+        metadata={
+            "description": "inline: the step that reaches a trigger writes the summary and "
+            "waits for it. background: a job starts at background_fraction of a trigger and "
+            "its result is applied at the trigger; env CTXGRAPH_COMPACTION_MODE."
+        },
+    )
+    background_fraction: float = field(
+        default=0.7,
+        metadata={
+            "description": "Background mode: start a summary job once the request reaches "
+            "this fraction of any trigger (0 < f < 1)."
+        },
+    )
+    background_wait_s: float = field(
+        default=10.0,
+        metadata={
+            "description": "Background mode: seconds a trigger waits for a running job's "
+            "result before it compacts inline (0 or more)."
+        },
+    )
+    compaction_lease_s: float = field(
+        default=120.0,
+        metadata={
+            "description": "Seconds a background job's per-thread lease lasts unless renewed; "
+            "a job renews it every third of that, so a dead job's lease expires."
+        },
+    )
     summary_max_tokens: int = field(
         default=1_500,
         metadata={"description": "Largest accepted summary text (the four sections), in tokens."},
@@ -384,6 +413,7 @@ class Settings:
                 "Settings.trigger_fraction must be a number in (0, 1], for example 0.8, "
                 f"or None, got {fraction!r}"
             )
+        self._check_background()
         if self.memory_extraction not in ("inline", "deferred", "off"):
             raise SettingsError(
                 "Settings.memory_extraction must be 'inline', 'deferred' or 'off', "
@@ -463,6 +493,31 @@ class Settings:
             )
         self._check_skills()
         self._check_subagents()
+
+    def _check_background(self) -> None:
+        if self.compaction_mode not in ("inline", "background"):
+            raise SettingsError(
+                "Settings.compaction_mode must be 'inline' or 'background', "
+                f"got {self.compaction_mode!r}"
+            )
+        fraction = self.background_fraction
+        if not _is_number(fraction) or not 0 < fraction < 1:
+            raise SettingsError(
+                "Settings.background_fraction must be a number between 0 and 1 (both "
+                f"excluded), for example 0.7, got {fraction!r}"
+            )
+        wait = self.background_wait_s
+        if not _is_number(wait) or not wait >= 0:
+            raise SettingsError(
+                f"Settings.background_wait_s must be a number of seconds, 0 or more, for "
+                f"example 10, got {wait!r}"
+            )
+        lease = self.compaction_lease_s
+        if not _is_number(lease) or not lease >= 1:
+            raise SettingsError(
+                f"Settings.compaction_lease_s must be a number of seconds, at least 1, for "
+                f"example 120, got {lease!r}"
+            )
 
     def _check_subagents(self) -> None:
         _require_int(
@@ -654,6 +709,11 @@ def _merge(
     return _with_explicit(merged, base_explicit | override_explicit)
 
 
+def _is_number(value: object) -> bool:
+    """True for an int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def split_paths(raw: str) -> tuple[str, ...]:
     """Folder paths from a ``:``-separated list (as in ``PATH``); empty parts are dropped."""
     return tuple(part.strip() for part in raw.split(":") if part.strip())
@@ -675,6 +735,7 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CTXGRAPH_TRIGGER_MESSAGES": ("trigger_messages", int),
     "CTXGRAPH_TRIGGER_FRACTION": ("trigger_fraction", float),
     "CTXGRAPH_KEEP_MESSAGES": ("keep_messages", int),
+    "CTXGRAPH_COMPACTION_MODE": ("compaction_mode", str),
     "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
     "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
     "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),

@@ -51,12 +51,13 @@ def test_langgraph_dockerfile_serves_both_graphs_from_the_installed_project(
     assert "ADD . /deps/" in dockerfile, dockerfile
     assert "pip install" in dockerfile and "-e ." in dockerfile, dockerfile
 
-    # Both graphs of langgraph.json are served from the copied clone.
+    # Every graph of langgraph.json is served from the copied clone.
     [graphs_line] = [line for line in dockerfile.splitlines() if "LANGSERVE_GRAPHS=" in line]
     graphs = json.loads(graphs_line.split("=", 1)[1].strip("'"))
-    assert set(graphs) == {"ctxgraph", "memory_worker"}
+    assert set(graphs) == {"ctxgraph", "memory_worker", "compaction_worker"}
     assert graphs["ctxgraph"].endswith("/graph/agent.py:graph")
     assert graphs["memory_worker"].endswith("/graph/memory_worker.py:graph")
+    assert graphs["compaction_worker"].endswith("/graph/compaction_worker.py:graph")
     deps = graphs["ctxgraph"].removesuffix("/graph/agent.py:graph")
     assert f"ADD . {deps}" in dockerfile, dockerfile
 

@@ -281,3 +281,39 @@ def test_langgraph_dev_serves_ctxgraph(tmp_path: Path) -> None:
         assert message_text(result).startswith("Noted: list the piers.\n\n[subagent researcher:")
         entries = client.threads.get_state(task_thread)["values"]["delegations"]["entries"]
         assert [(e["type"], e["status"]) for e in entries] == [("researcher", "completed")]
+
+        # Background compaction on the server: a job is queued below the trigger as a
+        # compaction_worker run while the runs go on, and a later run applies its result.
+        background = {
+            **CONTEXT,
+            "settings": {
+                "compaction_mode": "background",
+                "trigger_messages": 14,
+                "keep_messages": 2,
+                "background_fraction": 0.5,
+                "background_wait_s": 10,
+                "memory_extraction": "off",
+            },
+        }
+        filler = "The carrier confirmed the pickup window and the customs papers. " * 6
+        bg_thread = client.threads.create()["thread_id"]
+        events: list[str] = []
+        for n in range(1, 13):
+            for part in client.runs.stream(
+                bg_thread,
+                GRAPH_ID,
+                input={"messages": [{"role": "user", "content": f"Note {n}: dock {n}. {filler}"}]},
+                context=background,
+                stream_mode="custom",
+            ):
+                if part.event == "custom" and isinstance(part.data, dict):
+                    events.append(str(part.data.get("event")))
+            if "compaction.applied" in events:
+                break
+            time.sleep(0.3)  # the job's summary is instant with the scripted model
+        # The job went through the server's queue, as a compaction_worker run.
+        assert events[:1] == ["compaction.queued"], events
+        assert "compaction.applied" in events, events
+        bg_state = client.threads.get_state(bg_thread)["values"]
+        assert bg_state["compaction"]["version"] == 1
+        assert bg_state["compaction_job"] is None

@@ -233,6 +233,7 @@ def test_langgraph_json_registers_the_worker() -> None:
     config = json.loads((REPO_ROOT / "langgraph.json").read_text())
     assert config["graphs"]["ctxgraph"] == "./graph/agent.py:graph"
     assert config["graphs"]["memory_worker"] == "./graph/memory_worker.py:graph"
+    assert config["graphs"]["compaction_worker"] == "./graph/compaction_worker.py:graph"
 
 
 def test_run_first_processes_due_extractions_left_queued(

@@ -21,6 +21,7 @@ def test_the_promised_imports_and_signatures() -> None:
         "tools",
         "settings",
         "subagents",
+        "compaction_queue",
     ]
     assert list(inspect.signature(render_memory).parameters) == [
         "profile",

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import time
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 from langchain_core.messages import AnyMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
+from ctxgraph.nodes.compaction.background import BackgroundJobs, JobSnapshot, job_ended
 from ctxgraph.nodes.compaction.commit import CompactionCommit, ThreadHead
+from ctxgraph.nodes.compaction.events import emit
+from ctxgraph.nodes.compaction.job_queue import JobQueue, job_payload
+from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
 from ctxgraph.nodes.compaction.ledger import (
     MAX_ARTIFACTS,
     Ledger,
@@ -22,9 +32,9 @@ from ctxgraph.nodes.compaction.ledger import (
     empty_ledger,
     merge_ledgers,
 )
-from ctxgraph.nodes.compaction.offloads import Offloaded, StepOffloads
-from ctxgraph.nodes.compaction.partition import partition_history
-from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryJob, SummaryWriter
+from ctxgraph.nodes.compaction.offloads import StepOffloads
+from ctxgraph.nodes.compaction.partition import partition_history, repair_tool_pairs
+from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob, SummaryWriter
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
@@ -37,7 +47,18 @@ from ctxgraph.state.models import Models, input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
 from ctxgraph.state.tokens import TokenCounter
-from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, build_record
+from ctxgraph.store.persistence.archive import (
+    ArchiveRecord,
+    ThreadArchive,
+    build_record,
+    committed_version,
+)
+from ctxgraph.store.persistence.compaction_lease import (
+    CompactionLeases,
+    Lease,
+    leases_for,
+    new_holder,
+)
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -77,6 +98,22 @@ class Plan:
         return SummaryJob(self.previous, self.old, request)
 
 
+@dataclass(frozen=True)
+class Launch:
+    """What asking for a background job did.
+
+    ``state`` is ``running`` (a job was started, or is still running), ``busy`` (another
+    job holds the thread's lease), ``ready`` (a result for the thread's version is
+    stored), ``completed`` or ``joined`` (a job this call started, or waited for, stored
+    its result), ``failed`` (it ended without one) or ``nothing to fold``.
+    """
+
+    state: str
+    lease: Lease | None = None
+    worker: threading.Thread | None = None
+    result: JobResult | None = None
+
+
 class CompactNode:
     """Router and node: decides when to compact, then summarizes, verifies and commits.
 
@@ -94,8 +131,12 @@ class CompactNode:
         counter: TokenCounter,
         *,
         head: ThreadHead | None = None,
+        queue: JobQueue | None = None,
     ) -> None:
         """``head`` reads the thread's saved state for the compare-and-set commit.
+
+        ``queue``, when given, receives the background jobs of async runs instead of a
+        thread of this process (on a LangGraph server: ``ServerJobQueue``).
 
         Give it when the graph is compiled with a checkpointer (see
         ``ctxgraph.nodes.compaction.commit.checkpoint_head``); without it, the commit relies
@@ -107,6 +148,8 @@ class CompactNode:
         self._settings = settings
         self._counter = counter
         self._writer = SummaryWriter([models.summary_model, models.main], counter)
+        self._jobs = BackgroundJobs([models.summary_model, models.main])
+        self._queue = queue
         # The last split: the flush node and the compact node of one step split one state.
         self._split_cache: tuple[Hashable, tuple[list[AnyMessage], list[AnyMessage]]] | None = None
         self._offloads = StepOffloads(self._measure, self._fresh_measure, self.split)
@@ -126,12 +169,19 @@ class CompactNode:
 
         Offloading has work when a user input is over its threshold, or when the request
         reached ``offload_args_fraction`` of a threshold and an old call has a long
-        argument; both checks are cheap when there is nothing to offload.
+        argument; both checks are cheap when there is nothing to offload. In background
+        mode the run also comes here once the request reaches ``background_fraction`` of
+        a trigger and no job has been started from the thread's current version, and
+        then once this process's job for it has ended (no I/O: see ``_result_stored``).
         """
         settings = self._settings_for(runtime)
         size = self._measure(state, settings)
         window = input_window(self._main, settings.context_window)
         if fired_triggers(size, settings, window):
+            return "compact"
+        if _job_due(state, settings, size, window):
+            return "compact"
+        if _job_pending(state, settings, size, window) and _result_stored(state):
             return "compact"
         return "compact" if self._offloads.pending(state, settings, size, window) else "model"
 
@@ -142,14 +192,24 @@ class CompactNode:
         config: RunnableConfig,
         before: RequestSize,
     ) -> Plan:
-        settings = self._settings_for(runtime)
+        store, thread_id = _require_store(runtime.store), _thread_id(config)
+        return self._plan_for(state, self._settings_for(runtime), store, thread_id, before)
+
+    def _plan_for(
+        self,
+        state: AgentState,
+        settings: Settings,
+        store: BaseStore,
+        thread_id: str,
+        before: RequestSize,
+    ) -> Plan:
         previous: dict[str, Any] | None = state.get("summary")
         window = input_window(self._main, settings.context_window)
         old, kept = self.split(state, settings)
-        ledger = self._ledger(previous, old, settings)
+        ledger = _merged_ledger(previous, old, settings)
         return Plan(
             settings=settings,
-            archive=ThreadArchive(_require_store(runtime.store), _thread_id(config)),
+            archive=ThreadArchive(store, thread_id),
             old=old,
             kept=kept,
             previous=previous,
@@ -192,20 +252,6 @@ class CompactNode:
                 return old, kept
             keep = max(1, keep // 2)
 
-    @staticmethod
-    def _ledger(
-        previous: dict[str, Any] | None, old: list[AnyMessage], settings: Settings
-    ) -> Ledger:
-        """The previous ledger plus what the folded messages add, within its bounds.
-
-        The previous ledger may be of any stored shape (see ``read_ledger``).
-        """
-        merged = merge_ledgers(
-            (previous or {}).get("ledger") or empty_ledger(),
-            derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
-        )
-        return _bounded(merged, settings)
-
     def _expected_summary(self, state: AgentState, settings: Settings) -> int:
         """A cautious guess at the next summary message's size: the current one's plus 15%.
 
@@ -233,21 +279,24 @@ class CompactNode:
         expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
         return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
 
-    def _offload_only(self, offloaded: Offloaded, settings: Settings) -> bool:
-        """True when the step had offloading to do and, after it, no trigger fires."""
-        window = input_window(self._main, settings.context_window)
-        return offloaded.pending and not fired_triggers(offloaded.size, settings, window)
-
     def invoke(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
-        """Synchronous offloading, then compaction if a trigger still fires."""
+        """Synchronous offloading, then compaction if a trigger still fires.
+
+        In background mode a ready job result is applied instead (see ``_apply_job``),
+        and below the triggers a job may be started (see ``_start_job``).
+        """
         settings = self._settings_for(runtime)
         window = input_window(self._main, settings.context_window)
         offloaded = self._offloads.apply(state, settings, window, runtime.store, config)
-        if self._offload_only(offloaded, settings):
-            return offloaded.update()
         state = offloaded.applied(state)
+        if not fired_triggers(offloaded.size, settings, window):
+            if _job_pending(state, settings, offloaded.size, window):
+                step = self._background_step(state, runtime, config, offloaded.size)
+                return offloaded.merged(step)
+            if offloaded.pending:
+                return offloaded.update()
         return offloaded.merged(self._compact(state, runtime, config, offloaded.size))
 
     async def ainvoke(
@@ -257,9 +306,20 @@ class CompactNode:
         settings = self._settings_for(runtime)
         window = input_window(self._main, settings.context_window)
         offloaded = await self._offloads.aapply(state, settings, window, runtime.store, config)
-        if self._offload_only(offloaded, settings):
-            return offloaded.update()
         state = offloaded.applied(state)
+        if not fired_triggers(offloaded.size, settings, window):
+            if _job_pending(state, settings, offloaded.size, window):
+                if self._queue is not None and _job_due(state, settings, offloaded.size, window):
+                    queued = await self._queue_job(state, runtime, config, offloaded.size)
+                    if queued is not None:
+                        return offloaded.merged(queued)
+                # The lease and Store calls are short; a thread keeps them off the loop.
+                step = await asyncio.to_thread(
+                    self._background_step, state, runtime, config, offloaded.size
+                )
+                return offloaded.merged(step)
+            if offloaded.pending:
+                return offloaded.update()
         return offloaded.merged(await self._acompact(state, runtime, config, offloaded.size))
 
     def _compact(
@@ -269,9 +329,14 @@ class CompactNode:
         config: RunnableConfig,
         before: RequestSize,
     ) -> dict[str, Any]:
-        """Synchronous compaction."""
+        """Synchronous compaction; in background mode a ready job result goes first."""
         plan = self._plan(state, runtime, config, before)
         self._commit.audit.check(plan.archive, plan.mark)
+        if plan.settings.compaction_mode == "background":
+            wait = plan.settings.background_wait_s
+            applied = self._apply_job(plan, state, runtime, config, wait_s=wait)
+            if applied is not None:
+                return applied
         if not plan.old:
             return self._give_up(plan, "nothing old enough to fold")
         try:
@@ -293,9 +358,20 @@ class CompactNode:
         config: RunnableConfig,
         before: RequestSize,
     ) -> dict[str, Any]:
-        """Asynchronous compaction."""
+        """Asynchronous compaction; in background mode a ready job result goes first."""
         plan = self._plan(state, runtime, config, before)
         await self._commit.audit.acheck(plan.archive, plan.mark)
+        if plan.settings.compaction_mode == "background":
+            # Polling the Store for a running job's result may wait; keep it off the loop.
+            applied = await asyncio.to_thread(
+                partial(self._apply_job, wait_s=plan.settings.background_wait_s),
+                plan,
+                state,
+                runtime,
+                config,
+            )
+            if applied is not None:
+                return applied
         if not plan.old:
             return self._give_up(plan, "nothing old enough to fold")
         try:
@@ -309,6 +385,342 @@ class CompactNode:
         window = state.get("messages") or []
         prepared = await self._commit.aprepare(plan.archive, record, plan.old, window, config)
         return update if prepared else {}
+
+    def _background_step(
+        self,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        before: RequestSize,
+    ) -> dict[str, Any]:
+        """Below the triggers in background mode: apply a ready result, or start a job.
+
+        A ready result is applied as soon as the run passes ``compact`` (no waiting): the
+        summary is paid for, and a smaller window leaves the next job the whole way from
+        ``background_fraction`` to the trigger. A job that ended without a usable result
+        allows one more attempt from the same version.
+        """
+        settings = self._settings_for(runtime)
+        if _job_due(state, settings, before, input_window(self._main, settings.context_window)):
+            return self._start_job(state, runtime, config, before)
+        plan = self._plan(state, runtime, config, before)
+        applied = self._apply_job(plan, state, runtime, config, wait_s=0)
+        if applied is not None:
+            return applied
+        known = dict(state.get("compaction_job") or {})
+        leases = leases_for(plan.archive.store)
+        current = leases.current(plan.archive.thread_id)
+        if current is not None and current.live:
+            return {}
+        known.update(state="ended", attempts=int(known.get("attempts", 1)))
+        return {"compaction_job": known}
+
+    async def _queue_job(
+        self,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        before: RequestSize,
+    ) -> dict[str, Any] | None:
+        """Hand the job's snapshot to the queue (a worker run takes the lease and runs it).
+
+        None when the queue refused it (logged as ``compaction.failed``): the job then
+        runs in a thread of this process instead.
+        """
+        assert self._queue is not None
+        plan = self._plan(state, runtime, config, before)
+        thread_id = plan.archive.thread_id
+        known = _known_job(state, "queued")
+        if not plan.old:
+            return {"compaction_job": {**known, "state": "nothing to fold"}}
+        payload = job_payload(
+            thread_id=thread_id,
+            base_version=known["base_version"],
+            folded=plan.old,
+            previous=plan.previous,
+            request=plan.job.current_request,
+            settings=plan.settings,
+            tokens_before=before.tokens,
+        )
+        try:
+            run_id = await self._queue.submit(payload)
+        except Exception as error:  # the queue is down: a thread does the job instead
+            emit(
+                "failed",
+                thread_id,
+                base_version=known["base_version"],
+                reason=f"cannot queue the job ({type(error).__name__}: {error}); "
+                "running it in this process",
+            )
+            return None
+        emit(
+            "queued",
+            thread_id,
+            base_version=known["base_version"],
+            run_id=run_id,
+            folded=len(plan.old),
+            tokens_before=before.tokens,
+        )
+        return {"compaction_job": {**known, "run_id": run_id}}
+
+    def _start_job(
+        self,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        before: RequestSize,
+    ) -> dict[str, Any]:
+        """Start a background summary job on a snapshot of the window, if none is known.
+
+        A result already stored for the current version is left for a step to apply; a
+        lease held elsewhere means another job runs (``skipped_busy``, no summarizer
+        call). Either way ``compaction_job`` records it, so the router does not start
+        another job from this version.
+        """
+        settings = self._settings_for(runtime)
+        store = _require_store(runtime.store)
+        launched = self._launch(state, settings, store, _thread_id(config), before)
+        known = _known_job(state, launched.state)
+        if launched.lease is not None:
+            known.update(token=launched.lease.token, holder=launched.lease.holder)
+        return {"compaction_job": known}
+
+    def _launch(
+        self,
+        state: AgentState,
+        settings: Settings,
+        store: BaseStore,
+        thread_id: str,
+        before: RequestSize,
+    ) -> Launch:
+        """Start a job for ``state`` unless a result is ready or another job holds the lease."""
+        version = _mark_version(state)
+        results = JobResults(store, thread_id)
+        ready = _ready(results, version)
+        if ready is not None:
+            return Launch("ready", result=ready)
+        leases = leases_for(store)
+        lease = leases.acquire(thread_id, new_holder(), settings.compaction_lease_s)
+        if lease is None:
+            holder = leases.current(thread_id)
+            emit(
+                "skipped_busy",
+                thread_id,
+                base_version=version,
+                holder=holder.holder if holder else None,
+                token=holder.token if holder else None,
+            )
+            return Launch("busy")
+        plan = self._plan_for(state, settings, store, thread_id, before)
+        if not plan.old:
+            leases.release(lease)
+            return Launch("nothing to fold")
+        snapshot = JobSnapshot(
+            thread_id=thread_id,
+            base_version=version,
+            folded=list(plan.old),
+            job=plan.job,
+            settings=settings,
+            check=plan.check,
+            tokens_before=before.tokens,
+        )
+        worker = self._jobs.spawn(snapshot, lease, leases, store)
+        emit(
+            "started",
+            thread_id,
+            base_version=version,
+            token=lease.token,
+            folded=len(plan.old),
+            tokens_before=before.tokens,
+        )
+        return Launch("running", lease=lease, worker=worker)
+
+    def run_job(
+        self,
+        state: AgentState,
+        store: BaseStore,
+        thread_id: str,
+        *,
+        wait_s: float,
+        settings: Settings | None = None,
+    ) -> Launch:
+        """Start a background job for a saved thread state and wait for it, or join one.
+
+        For tools outside a run (``ctxgraph threads compact``). A result already stored
+        for the thread's version is returned as it is (``ready``). When another job holds
+        the lease, waits for it to end (``joined``). Otherwise starts one and waits for
+        it (``completed``). After ``wait_s`` seconds the state is ``running`` (the job
+        goes on); a job that ended without a result is ``failed`` (the reason is logged).
+        """
+        settings = settings or self._settings
+        before = self._measure(state, settings)
+        launched = self._launch(state, settings, store, thread_id, before)
+        if launched.state in ("ready", "nothing to fold"):
+            return launched
+        version = _mark_version(state)
+        deadline = time.monotonic() + wait_s
+        if launched.worker is not None:
+            launched.worker.join(wait_s)
+            if launched.worker.is_alive():
+                return launched
+        else:
+            leases = leases_for(store)
+            while True:
+                current = leases.current(thread_id)
+                if current is None or not current.live:
+                    break
+                if time.monotonic() >= deadline:
+                    return Launch("running")
+                time.sleep(JOB_POLL_S)
+        result = _ready(JobResults(store, thread_id), version)
+        if result is None:
+            return Launch("failed", lease=launched.lease)
+        return Launch("joined" if launched.worker is None else "completed", result=result)
+
+    def _apply_job(
+        self,
+        plan: Plan,
+        state: AgentState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        *,
+        wait_s: float,
+    ) -> dict[str, Any] | None:
+        """Apply a stored, still-valid job result; None when there is none to apply.
+
+        While a job's lease is live and no result is ready, waits for it up to
+        ``wait_s``. Results that can no longer apply are discarded (and
+        deleted) with the reason logged and streamed.
+        """
+        store = _require_store(runtime.store)
+        thread_id = plan.archive.thread_id
+        results = JobResults(store, thread_id)
+        leases = leases_for(store)
+        deadline = time.monotonic() + wait_s
+        waited_from: float | None = None
+        while True:
+            for key, result in self._usable_results(plan, state, results, leases):
+                update = self._applied(plan, state, result, config)
+                if not isinstance(update, str):
+                    return update
+                results.delete(key)
+                emit(
+                    "discarded",
+                    thread_id,
+                    base_version=result.base_version,
+                    token=result.token,
+                    reason=update,
+                )
+            current = leases.current(thread_id)
+            if current is None or not current.live or time.monotonic() >= deadline:
+                if waited_from is not None:
+                    logger.info(
+                        "no job result after waiting %.1f s; compacting inline",
+                        time.monotonic() - waited_from,
+                    )
+                return None
+            waited_from = waited_from or time.monotonic()
+            time.sleep(JOB_POLL_S)
+
+    def _usable_results(
+        self, plan: Plan, state: AgentState, results: JobResults, leases: CompactionLeases
+    ) -> list[tuple[str, JobResult]]:
+        """The stored results that can apply, newest first; every other one is discarded.
+
+        Discarding deletes the result and emits ``compaction.discarded`` with the reason,
+        so results of superseded versions do not pile up.
+        """
+        usable: list[tuple[str, JobResult]] = []
+        for key, result in results.results():
+            reason = self._unusable(result, plan, state, leases)
+            if reason is None and result is not None:
+                usable.append((key, result))
+                continue
+            results.delete(key)
+            if result is not None and _was_applied(plan.archive, result):
+                continue  # its compaction committed: nothing was discarded
+            emit(
+                "discarded",
+                plan.archive.thread_id,
+                base_version=result.base_version if result else None,
+                token=result.token if result else None,
+                reason=reason,
+            )
+        return usable
+
+    @staticmethod
+    def _unusable(
+        result: JobResult | None, plan: Plan, state: AgentState, leases: CompactionLeases
+    ) -> str | None:
+        """Why a stored result cannot apply to ``state`` (None: it can)."""
+        if result is None:
+            return "unreadable job result"
+        version = int(plan.mark.get("version", 0) or 0)
+        if result.base_version != version:
+            return (
+                f"superseded: the job started from v{result.base_version} and the thread "
+                f"is at v{version}"
+            )
+        # The token is checked where it was issued; a process that never saw a lease for
+        # the thread (a server worker in another process) relies on the checks below.
+        current = leases.current(plan.archive.thread_id)
+        if current is not None and current.token != result.token:
+            return f"stale worker: token {result.token} is no longer the thread's current token"
+        _, everything = repair_tool_pairs(state.get("messages") or [])
+        present = {str(m.id): m for m in everything}
+        missing = [i for i in result.folded_ids if i not in present]
+        if missing:
+            return (
+                f"history edited or rewound: {len(missing)} of the {len(result.folded_ids)} "
+                "folded messages are no longer in the window"
+            )
+        if folded_hash([present[i] for i in result.folded_ids]) != result.folded_hash:
+            return "history edited: a folded message changed after the job took its snapshot"
+        return None
+
+    def _applied(
+        self, plan: Plan, state: AgentState, result: JobResult, config: RunnableConfig
+    ) -> dict[str, Any] | str:
+        """The committed update of a valid result, or why it does not fit (a string)."""
+        window = state.get("messages") or []
+        repaired, everything = repair_tool_pairs(window)
+        folded = set(result.folded_ids)
+        by_id = {str(m.id): m for m in everything}
+        old: list[AnyMessage] = [by_id[i] for i in result.folded_ids]
+        kept = [m for m in repaired if str(m.id) not in folded]
+        job_plan = replace(
+            plan, old=old, kept=kept, ledger=_merged_ledger(plan.previous, old, plan.settings)
+        )
+        problems = job_plan.check(result.sections)
+        if problems:
+            return "the summary no longer passes its checks: " + "; ".join(problems)
+        outcome = self._finish(job_plan, result.sections)
+        if isinstance(outcome, str):
+            return f"the compacted request would not fit: {outcome}"
+        record, update = outcome
+        if not self._commit.prepare(plan.archive, record, old, window, config):
+            return {}
+        after = self._measure(
+            {
+                "messages": kept,
+                "summary": update["summary"],
+                "compaction": update["compaction"],
+                "memory_view": plan.memory_view,
+            },
+            plan.settings,
+        )
+        emit(
+            "applied",
+            plan.archive.thread_id,
+            base_version=result.base_version,
+            version=record["version"],
+            token=result.token,
+            folded=len(old),
+            tokens_before=plan.before.tokens,
+            tokens_after=after.tokens,
+            latency_s=result.latency_s,
+        )
+        return update
 
     def _finish(
         self, plan: Plan, sections: dict[str, str]
@@ -364,6 +776,7 @@ class CompactNode:
                     "compaction": mark,
                     "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *plan.kept],
                     "compaction_retry": None,
+                    "compaction_job": None,
                 }
                 return record, update
         return "; ".join(problems)
@@ -393,6 +806,12 @@ class CompactNode:
             f"of {self._counter.count_message(biggest)} tokens"
         )
 
+
+MAX_JOB_ATTEMPTS = 2
+"""Jobs one compaction version may start; after that the trigger compacts inline."""
+
+JOB_POLL_S = 0.1
+"""Seconds between two looks for a running job's result while a trigger waits for it."""
 
 RECORD_SHRINK_STEPS = 4
 """How many times ``_finish`` may halve the ledger's bounds to make a compaction fit."""
@@ -447,3 +866,103 @@ def _thread_id(config: RunnableConfig) -> str:
             f"(to the parent graph when ctxgraph runs inside one), got {thread_id!r}"
         )
     return thread_id
+
+
+def _merged_ledger(
+    previous: dict[str, Any] | None, old: list[AnyMessage], settings: Settings
+) -> Ledger:
+    """The previous ledger plus what the folded messages add, within its bounds.
+
+    The previous ledger may be of any stored shape (see ``read_ledger``).
+    """
+    merged = merge_ledgers(
+        (previous or {}).get("ledger") or empty_ledger(),
+        derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
+    )
+    return _bounded(merged, settings)
+
+
+def summary_check(
+    previous: dict[str, Any] | None, folded: list[AnyMessage], settings: Settings
+) -> Check:
+    """The check a job's candidate sections must pass: the ``Plan.check`` of its snapshot."""
+    ledger = _merged_ledger(previous, folded, settings)
+
+    def check(sections: dict[str, str]) -> list[str]:
+        summary = {"schema_version": SUMMARY_SCHEMA_VERSION, **sections, "ledger": ledger}
+        return summary_problems(summary, settings)
+
+    return check
+
+
+def _known_job(state: AgentState, job_state: str) -> dict[str, Any]:
+    """The ``compaction_job`` record of a job just started (or found) from ``state``."""
+    previous = state.get("compaction_job") or {}
+    attempts = int(previous.get("attempts", 0)) if previous.get("state") == "ended" else 0
+    return {
+        "base_version": _mark_version(state),
+        "since": datetime.now(UTC).isoformat(),
+        "state": job_state,
+        "attempts": attempts + 1,
+    }
+
+
+def _was_applied(archive: ThreadArchive, result: JobResult) -> bool:
+    """Whether the version after ``result``'s base folded exactly its messages."""
+    if not result.folded_ids:
+        return False
+    record = archive.get(result.base_version + 1)
+    return record is not None and tuple(record["event_ids"]) == result.folded_ids
+
+
+def _ready(results: JobResults, version: int) -> JobResult | None:
+    """The newest stored result that starts from ``version``, if any."""
+    for _, result in results.results():
+        if result is not None and result.base_version == version:
+            return result
+    return None
+
+
+def _mark_version(state: AgentState) -> int:
+    """The thread's committed compaction version (0 before the first)."""
+    mark = state.get("compaction")
+    return committed_version(mark if isinstance(mark, dict) else None) or 0
+
+
+def _job_due(state: AgentState, settings: Settings, size: RequestSize, window: int | None) -> bool:
+    """Whether a background job should start (background mode only).
+
+    It should once the request reaches ``background_fraction`` of a trigger and no job is
+    known for the thread's current version, or the known one ended without a usable
+    result and this is its version's second attempt at most.
+    """
+    if not _job_pending(state, settings, size, window):
+        return False
+    known = state.get("compaction_job")
+    if not isinstance(known, dict) or known.get("base_version") != _mark_version(state):
+        return True
+    return known.get("state") == "ended" and int(known.get("attempts", 1)) < MAX_JOB_ATTEMPTS
+
+
+def _job_pending(
+    state: AgentState, settings: Settings, size: RequestSize, window: int | None
+) -> bool:
+    """Background mode, and the request is at ``background_fraction`` of a trigger."""
+    if settings.compaction_mode != "background":
+        return False
+    return bool(fired_triggers(size, settings, window, scale=settings.background_fraction))
+
+
+def _result_stored(state: AgentState) -> bool:
+    """Whether this process's job for the thread's current version has ended.
+
+    Routers run on the event loop in async runs, so this asks the process, not the
+    Store; a result stored by another process is found at the trigger.
+    """
+    known = state.get("compaction_job")
+    if not isinstance(known, dict) or known.get("state") == "ended":
+        return False
+    thread_id = (get_config().get("configurable") or {}).get("thread_id")
+    if not isinstance(thread_id, str) or not thread_id:
+        return False
+    return job_ended(thread_id, _mark_version(state))

@@ -1,0 +1,38 @@
+"""Compaction events: a log line and, inside a run, a custom stream event per job step.
+
+The steps of a background job are started, skipped_busy, ready, applied, discarded and
+failed; each is logged on ``ctxgraph.compaction``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from langgraph.config import get_stream_writer
+
+logger = logging.getLogger("ctxgraph.compaction")
+
+EVENT_PREFIX = "compaction."
+"""Every event name starts with it: ``compaction.started``, ``compaction.applied``, …"""
+
+_WARNINGS = frozenset({"discarded", "failed"})
+
+
+def emit(event: str, thread_id: str, **fields: Any) -> dict[str, Any]:
+    """Log ``compaction.<event>`` with its fields and stream it when inside a run.
+
+    The stream event is ``{"event": "compaction.<event>", "thread_id": ..., **fields}``
+    under ``stream_mode="custom"``; outside a run (a job's own thread) it is only logged.
+    Returns the event.
+    """
+    payload: dict[str, Any] = {"event": EVENT_PREFIX + event, "thread_id": thread_id, **fields}
+    details = " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
+    level = logging.WARNING if event in _WARNINGS else logging.INFO
+    logger.log(level, "%s%s thread=%s %s", EVENT_PREFIX, event, thread_id, details)
+    try:
+        writer = get_stream_writer()
+    except RuntimeError:  # not inside a run: a job's own thread
+        return payload
+    writer(payload)
+    return payload
