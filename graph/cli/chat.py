@@ -120,54 +120,115 @@ def _run_session(
     interactive: bool,
     wait: float,
 ) -> tuple[int, threading.Thread | None]:
-    """Open the database and run the turns; the exit status and any abandoned run."""
+    """Open the database and run the turns; the exit status and any abandoned run.
+
+    Before the database is closed, background compaction jobs this process started get
+    ``background_wait_s`` to store their results (none when the session was interrupted;
+    see ``settle_compaction_jobs``).
+    """
     with open_persistence() as persistence:
-        graph = configured.build(checkpointer=persistence.checkpointer, store=persistence.store)
-        config = _config(thread_id)
-        session = _Session(graph, thread_id, context, out, interactive=interactive)
+        calm = False  # whether the session ended without Ctrl-C or SIGTERM
         try:
-            with ExitStack() as whole_run:
+            status, abandoned = _session_turns(
+                persistence,
+                texts,
+                configured,
+                limit,
+                context,
+                thread_id,
+                out,
+                err,
+                interactive,
+                wait,
+            )
+            calm = status not in (SIGINT_EXIT, SIGTERM_EXIT)
+            return status, abandoned
+        except Exception:
+            calm = True
+            raise
+        finally:
+            settle_compaction_jobs(configured.settings, err, wait=calm)
+
+
+def settle_compaction_jobs(settings: Settings, err: TextIO, *, wait: bool = True) -> int:
+    """Give this process's background compaction jobs time to finish; how many still run.
+
+    Waits up to ``settings.background_wait_s`` (not at all unless ``wait``), so a job
+    that is about to finish stores its result before the Store is closed. Jobs still
+    running are abandoned: one line on ``err`` says so and when their leases expire.
+    Without jobs it returns 0 at once and prints nothing.
+    """
+    from ctxgraph.nodes.compaction.background import wait_for_jobs
+
+    left = wait_for_jobs(settings.background_wait_s if wait else 0.0)
+    if left:
+        err.write(
+            f"ctxgraph: {left} background compaction job(s) still running were abandoned; "
+            f"their leases expire in {settings.compaction_lease_s:g} s\n"
+        )
+        err.flush()
+    return left
+
+
+def _session_turns(
+    persistence: Persistence,
+    texts: Iterable[str],
+    configured: EnvironmentConfig,
+    limit: tuple[int, str],
+    context: Context,
+    thread_id: str,
+    out: TextIO,
+    err: TextIO,
+    interactive: bool,
+    wait: float,
+) -> tuple[int, threading.Thread | None]:
+    """Run the turns on the opened database; the exit status and any abandoned run."""
+    graph = configured.build(checkpointer=persistence.checkpointer, store=persistence.store)
+    config = _config(thread_id)
+    session = _Session(graph, thread_id, context, out, interactive=interactive)
+    try:
+        with ExitStack() as whole_run:
+            if not interactive:
+                whole_run.enter_context(thread_lock(persistence, thread_id, wait=wait))
+            # In chat this read is not under the lock: it reads the latest checkpoint in
+            # one statement, only to show it, and each turn then starts from whatever
+            # checkpoint is latest once it holds the lock.
+            # Another user's thread is refused before its messages are shown.
+            check_owner(persistence, thread_id, context.user_id)
+            _show_resume(persistence, config, thread_id, out, interactive=interactive)
+            for text in texts:
+                if text.strip() in EXIT_COMMANDS:
+                    break
+                if not text.strip():
+                    continue
                 if not interactive:
-                    whole_run.enter_context(thread_lock(persistence, thread_id, wait=wait))
-                # In chat this read is not under the lock: it reads the latest checkpoint in
-                # one statement, only to show it, and each turn then starts from whatever
-                # checkpoint is latest once it holds the lock.
-                # Another user's thread is refused before its messages are shown.
-                check_owner(persistence, thread_id, context.user_id)
-                _show_resume(persistence, config, thread_id, out, interactive=interactive)
-                for text in texts:
-                    if text.strip() in EXIT_COMMANDS:
-                        break
-                    if not text.strip():
-                        continue
-                    if not interactive:
-                        out.write(f"you: {escape_control(text)}\n")
-                        session.turn(text)
-                        continue
+                    out.write(f"you: {escape_control(text)}\n")
+                    session.turn(text)
+                    continue
+                try:
+                    check_message(text, limit)
+                except InputError as error:
+                    err.write(f"ctxgraph: {error}\n")
+                    continue
+                with thread_lock(persistence, thread_id, wait=wait):
                     try:
-                        check_message(text, limit)
-                    except InputError as error:
-                        err.write(f"ctxgraph: {error}\n")
+                        answered = session.turn(text)
+                    except Exception as error:  # a model endpoint failed: one line, go on
+                        if not report_endpoint_error(error, err):
+                            raise
                         continue
-                    with thread_lock(persistence, thread_id, wait=wait):
-                        try:
-                            answered = session.turn(text)
-                        except Exception as error:  # a model endpoint failed: one line, go on
-                            if not report_endpoint_error(error, err):
-                                raise
-                            continue
-                        if not answered:
-                            out.write(INTERRUPTED_NOTE + "\n")
-        except TurnInterruptedError as interrupted:
-            out.write(INTERRUPTED_NOTE + "\n")
-            out.flush()
-            terminated = isinstance(interrupted.cause, TerminatedError)
-            return (SIGTERM_EXIT if terminated else SIGINT_EXIT), interrupted.worker
-        except KeyboardInterrupt as stopped:  # at the prompt, or between turns
-            out.write("\n")
-            out.flush()
-            status = SIGTERM_EXIT if isinstance(stopped, TerminatedError) else SIGINT_EXIT
-            return status, session.abandoned
+                    if not answered:
+                        out.write(INTERRUPTED_NOTE + "\n")
+    except TurnInterruptedError as interrupted:
+        out.write(INTERRUPTED_NOTE + "\n")
+        out.flush()
+        terminated = isinstance(interrupted.cause, TerminatedError)
+        return (SIGTERM_EXIT if terminated else SIGINT_EXIT), interrupted.worker
+    except KeyboardInterrupt as stopped:  # at the prompt, or between turns
+        out.write("\n")
+        out.flush()
+        status = SIGTERM_EXIT if isinstance(stopped, TerminatedError) else SIGINT_EXIT
+        return status, session.abandoned
     return 0, session.abandoned
 
 

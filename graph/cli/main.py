@@ -30,9 +30,13 @@ DEBUG_VARIABLE = "CTXGRAPH_DEBUG"
 WAIT_VARIABLE = "CTXGRAPH_THREAD_WAIT"
 """Environment variable with the default of ``--wait``."""
 
+COMPACT_WAIT = 300.0
+"""Default of ``threads compact --wait``: seconds to wait for the compaction job."""
+
 EXIT_STATUSES = (
     "exit status: 0 success; 1 a failure the command reports (threads verify: broken; "
-    "skills list: problems found); "
+    "threads compact: the job is still running or ended without a result; skills list: "
+    "problems found); "
     f"{USER_ERROR_EXIT} a user error (one line on stderr); {THREAD_BUSY_EXIT} (chat, run) "
     "another run kept the thread busy for --wait seconds, and the waiting turn wrote nothing; "
     f"{MODEL_ERROR_EXIT} a model endpoint failed (one line naming the role, endpoint and "
@@ -134,6 +138,14 @@ def thread_wait(option: str | None, environ: Mapping[str, str]) -> float:
             from ctxgraph.store.persistence.thread_lock import DEFAULT_WAIT
 
             return DEFAULT_WAIT
+    return seconds_option(source, text)
+
+
+def seconds_option(source: str, text: str) -> float:
+    """``text`` as a number of seconds; ``OptionError`` naming ``source`` unless it is one.
+
+    The value must be a finite, non-negative number.
+    """
     try:
         seconds = float(text)
     except ValueError:
@@ -246,7 +258,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     artifact.add_argument("thread")
     artifact.add_argument("ref", help="the artifact's ref (art-...), as threads show names it")
-    for command in (show, verify, artifact):
+    compact = _command(
+        thread_commands,
+        "compact",
+        "summarize the thread's old messages now, as a background compaction job does, "
+        "and wait for the result; the next turn that reaches a trigger applies it without "
+        "a summary call (needs CTXGRAPH_COMPACTION_MODE=background; the thread is not "
+        "held, so a chat may run meanwhile); exit status 1 when the job is still running "
+        "after --wait or ends without a result",
+    )
+    compact.add_argument("thread")
+    compact.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        default=None,
+        help=f"seconds to wait for the job's result (default: {COMPACT_WAIT:g}); then exit "
+        "with status 1",
+    )
+    for command in (show, verify, artifact, compact):
         command.add_argument(
             "--user",
             default=None,
@@ -336,6 +365,11 @@ def _threads(args: argparse.Namespace) -> int:
     from ctxgraph.store.persistence.connection import open_persistence
 
     validate_thread_id(args.thread)  # before the database is opened
+    if args.threads_command == "compact":
+        from ctxgraph.graph.cli.compact import compact_command
+
+        wait = COMPACT_WAIT if args.wait is None else seconds_option("--wait", args.wait)
+        return compact_command(args.thread, args.user, wait, os.environ, sys.stdout)
     with open_persistence() as persistence:
         check_owner(persistence, args.thread, args.user)
         if args.threads_command == "verify":

@@ -15,6 +15,7 @@ from ctxgraph.graph.cli.render import (
     tampered_marker_line,
     transcript_lines,
 )
+from ctxgraph.nodes.compaction.jobs import JobResult, JobResults
 from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
 from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
@@ -30,6 +31,7 @@ from ctxgraph.store.persistence.archive import (
     tampered_versions,
     verify_versioned,
 )
+from ctxgraph.store.persistence.compaction_lease import leases_for
 from ctxgraph.store.persistence.connection import Persistence
 
 
@@ -82,12 +84,20 @@ def check_owner(persistence: Persistence, thread_id: str, user_id: str | None) -
     return thread_id
 
 
-def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
-    """Read the latest checkpoint of ``thread_id`` and every archived compaction."""
+def saved_values(persistence: Persistence, thread_id: str) -> dict[str, Any]:
+    """The channel values of the latest checkpoint of ``thread_id`` (its saved state).
+
+    Raises ``UnknownThreadError`` when the thread has never been saved.
+    """
     saved = persistence.checkpointer.get_tuple({"configurable": {"thread_id": thread_id}})
     if saved is None:
         raise UnknownThreadError(f"no thread {thread_id!r} has been saved in this database")
-    values = saved.checkpoint["channel_values"]
+    return dict(saved.checkpoint["channel_values"])
+
+
+def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
+    """Read the latest checkpoint of ``thread_id`` and every archived compaction."""
+    values = saved_values(persistence, thread_id)
     window = [m for m in values.get("messages", []) if isinstance(m, BaseMessage)]
     mark = values.get("compaction")
     upto = committed_version(mark)
@@ -151,7 +161,8 @@ def show_thread(
     stored hashes is preceded by a marker line saying it was modified after it was
     archived. A line then names the thread's active skills, if any, and one counts its
     delegations (``task`` calls), if any. ``with_summary`` adds the current summary and
-    its ledger; ``subagents`` then adds a section per delegation with the child's
+    its ledger, then a line about the thread's background compaction job if it has one
+    (see ``job_line``); ``subagents`` then adds a section per delegation with the child's
     transcript (see ``subagent_lines``); ``clip`` shortens each message to one line of at
     most that many characters.
     """
@@ -197,6 +208,9 @@ def show_thread(
         out.write(counted + "\n")
     if with_summary:
         out.write("\n" + escape_control(summary_text(thread)) + "\n")
+        pending = job_line(persistence, thread_id, thread.mark)
+        if pending is not None:
+            out.write(pending + "\n")
     if subagents:
         lines = subagent_lines(persistence, thread_id, thread.delegations, clip=clip)
         out.write("\n".join(lines) + "\n")
@@ -420,6 +434,40 @@ def summary_text(thread: SavedThread) -> str:
         "ledger (recorded by code from the folded messages: tool-call states, user "
         f"constraints, identifiers):\n{rendered or '(empty)'}"
     )
+
+
+def ready_job(persistence: Persistence, thread_id: str, version: int) -> JobResult | None:
+    """The newest stored background job result that starts from compaction ``version``."""
+    for _, result in JobResults(persistence.store, thread_id).results():
+        if result is not None and result.base_version == version:
+            return result
+    return None
+
+
+def job_line(
+    persistence: Persistence, thread_id: str, mark: Mapping[str, Any] | None
+) -> str | None:
+    """A line about the thread's background compaction job, or None when there is none.
+
+    A stored result for the thread's current compaction version (0 before the first) is
+    ready to apply; otherwise a live lease means a job is running.
+    """
+    version = committed_version(mark) or 0
+    result = ready_job(persistence, thread_id, version)
+    if result is not None:
+        return (
+            "background compaction: a job result is ready (folds "
+            f"{plural(len(result.folded_ids), 'message')} of v{result.base_version}, stored "
+            f"{escape_control(result.stored_at)}); the next turn that reaches a trigger "
+            "applies it"
+        )
+    lease = leases_for(persistence.store).current(thread_id)
+    if lease is not None and lease.live:
+        return (
+            f"background compaction: a job is running (holder {escape_control(lease.holder)}, "
+            f"token {lease.token})"
+        )
+    return None
 
 
 def verify_thread_command(persistence: Persistence, thread_id: str, out: TextIO) -> int:
