@@ -20,7 +20,9 @@ memory`` runs both systems on LangGraph's in-memory saver (and ctxgraph on an
 
 Run ``python -m bench.compaction_bench [--turns 300] [--repeats 3] [--memory on]
 [--backend memory]``, or ``python -m bench.compaction_bench --turns 1000
---constraint-every-turn``.
+--constraint-every-turn``. ``python -m bench.compaction_bench --latency [--latency-turns
+60] [--main-delay 0.5] [--summary-delay 2.0] [--repeats 3] [--backend memory]`` runs the
+turn-latency benchmark of background compaction instead (``bench.compaction_latency``).
 """
 
 from __future__ import annotations
@@ -932,7 +934,27 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         help="extra ctxgraph Settings field (JSON value), e.g. ledger_max_identifiers=40; "
         "repeatable; none by default",
     )
+    from bench.compaction_latency import LATENCY_OPTIONS, add_latency_arguments
+
+    latency = parser.add_argument_group(
+        "turn latency of background compaction",
+        "--latency runs bench.compaction_latency instead, with the options below and "
+        "--repeats, --seed, --trigger-messages (default 32), --keep (default 4), --backend "
+        "and --database-uri",
+    )
+    latency.add_argument(
+        "--latency",
+        action="store_true",
+        help="compare the turn latency of inline, background and no compaction",
+    )
+    add_latency_arguments(latency, defaults=False)
     args = parser.parse_args(argv)
+    given = [name for name in LATENCY_OPTIONS if hasattr(args, name)]
+    if given:
+        options = ", ".join("--" + name.replace("_", "-") for name in given)
+        parser.error(f"{options}: only with --latency")
+    if args.latency:
+        parser.error("spell --latency out in full: it runs bench.compaction_latency")
     if args.turns < 1 or args.repeats < 1 or args.warmup < 0:
         parser.error("--turns and --repeats must be at least 1, --warmup at least 0")
     overrides: list[tuple[str, Any]] = []
@@ -963,6 +985,10 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if "--latency" in (sys.argv[1:] if argv is None else argv):
+        from bench import compaction_latency
+
+        return compaction_latency.main(argv)
     config = parse_args(argv)
     session = generate_session(config.turns, config.seed, constraints=config.constraints)
     results = run_bench(config, session)
