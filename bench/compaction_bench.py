@@ -28,33 +28,26 @@ turn-latency benchmark of background compaction instead (``bench.compaction_late
 from __future__ import annotations
 
 import argparse
-import atexit
 import gc
 import json
 import logging
 import math
 import os
 import platform
-import shutil
-import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
-from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.store.base import BaseStore
-from langgraph.store.memory import InMemoryStore
 
+from bench.common import Backend, open_backend, percentile
+from bench.common import median as _median
+from bench.common import package_version as _version
 from bench.session import (
     STANDING_CONSTRAINT,
     Session,
@@ -72,7 +65,6 @@ from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.summary import canonical_json
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.persistence.archive import ThreadArchive
-from ctxgraph.store.persistence.connection import open_persistence
 
 CTXGRAPH = "ctxgraph"
 PEER = "peer"
@@ -295,14 +287,6 @@ class RunResult:
         return self.input_tokens / max(self.turns, 1)
 
 
-def percentile(values: Sequence[float], share: float) -> float:
-    """Nearest-rank percentile (``share`` in (0, 1])."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
-
-
 _LEDGER_MARKERS = ("TOOL CALLS (recorded by code", "USER CONSTRAINTS (verbatim)", "IDENTIFIERS: ")
 """Headings of ``render_ledger``'s blocks; the ledger runs from the first one found."""
 
@@ -385,14 +369,6 @@ class RequestMeter:
 
 
 # --------------------------------------------------------------------------- the two systems
-
-
-@dataclass(frozen=True)
-class Backend:
-    """The checkpointer both systems share and the Store ctxgraph uses."""
-
-    checkpointer: BaseCheckpointSaver[Any]
-    store: BaseStore
 
 
 def build_ctxgraph(
@@ -538,25 +514,8 @@ def compaction_log() -> Iterator[CompactionLog]:
 @contextmanager
 def backend(config: BenchConfig) -> Iterator[Backend]:
     """In-memory saver and store, or Postgres (``config.database_uri`` or embedded)."""
-    if config.backend == "memory":
-        yield Backend(InMemorySaver(), InMemoryStore())
-        return
-    with postgres(config.database_uri) as uri, open_persistence(uri) as persistence:
-        yield Backend(persistence.checkpointer, persistence.store)
-
-
-@contextmanager
-def postgres(uri: str | None) -> Iterator[str]:
-    """The given URI, or an embedded Postgres in a temporary folder removed at exit."""
-    if uri:
-        yield uri
-        return
-    from ctxgraph.store.persistence.embedded import embedded_uri
-
-    home = Path(tempfile.mkdtemp(prefix="ctxgraph-bench-"))
-    # Registered before the server starts, so it runs after the server's own stop at exit.
-    atexit.register(shutil.rmtree, home, ignore_errors=True)
-    yield embedded_uri(home / "home")
+    with open_backend(config.backend, config.database_uri) as opened:
+        yield opened
 
 
 def run_bench(config: BenchConfig, session: Session | None = None) -> list[RunResult]:
@@ -592,10 +551,6 @@ def run_bench(config: BenchConfig, session: Session | None = None) -> list[RunRe
 
 
 # --------------------------------------------------------------------------- report
-
-
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else math.nan
 
 
 def _ratio(ours: float, peer: float) -> str:
@@ -867,13 +822,6 @@ def _growth(before: int, after: int) -> float:
 
 
 _PACKAGES = ("langgraph", "langchain", "langchain-core", "langgraph-checkpoint-postgres")
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "?"
 
 
 # --------------------------------------------------------------------------- command line

@@ -75,14 +75,9 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from bench.compaction_bench import (
-    Backend,
-    BenchConfig,
-    _median,
-    _version,
-    backend,
-    percentile,
-)
+from bench.common import Backend, open_backend, percentile
+from bench.common import median as _median
+from bench.common import package_version as _version
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
@@ -436,8 +431,7 @@ def run_latency(config: LatencyConfig) -> list[RunResult]:
     texts = [user_message(config.seed, turn) for turn in range(config.turns)]
     nonce = uuid.uuid4().hex[:8]
     results: list[RunResult] = []
-    where = BenchConfig(backend=config.backend, database_uri=config.database_uri)
-    with backend(where) as persistence, event_log() as log:
+    with open_backend(config.backend, config.database_uri) as persistence, event_log() as log:
         try:
             for repeat in range(config.repeats):
                 shift = repeat % len(MODES)
