@@ -15,7 +15,7 @@ from ctxgraph.graph.cli.render import (
     tampered_marker_line,
     transcript_lines,
 )
-from ctxgraph.nodes.compaction.jobs import JobResult, JobResults
+from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
 from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
@@ -436,14 +436,6 @@ def summary_text(thread: SavedThread) -> str:
     )
 
 
-def ready_job(persistence: Persistence, thread_id: str, version: int) -> JobResult | None:
-    """The newest stored background job result that starts from compaction ``version``."""
-    for _, result in JobResults(persistence.store, thread_id).results():
-        if result is not None and result.base_version == version:
-            return result
-    return None
-
-
 def job_line(
     persistence: Persistence, thread_id: str, mark: Mapping[str, Any] | None
 ) -> str | None:
@@ -453,7 +445,7 @@ def job_line(
     ready to apply; otherwise a live lease means a job is running.
     """
     version = committed_version(mark) or 0
-    result = ready_job(persistence, thread_id, version)
+    result = JobResults(persistence.store, thread_id).ready(version)
     if result is not None:
         return (
             "background compaction: a job result is ready (folds "

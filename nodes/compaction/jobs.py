@@ -131,6 +131,13 @@ class JobResults:
         items = await self._store.asearch(self._namespace, limit=RESULTS_LIMIT)
         return _ordered(items)
 
+    def ready(self, version: int) -> JobResult | None:
+        """The newest stored result that starts from compaction ``version``, if any."""
+        for _, result in self.results():
+            if result is not None and result.base_version == version:
+                return result
+        return None
+
     def delete(self, key: str) -> None:
         """Drop one result."""
         self._store.delete(self._namespace, key)

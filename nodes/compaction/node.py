@@ -346,7 +346,7 @@ class CompactNode:
         outcome = self._finish(plan, sections)
         if isinstance(outcome, str):
             return self._give_up(plan, outcome)
-        record, update = outcome
+        record, update, _ = outcome
         window = state.get("messages") or []
         prepared = self._commit.prepare(plan.archive, record, plan.old, window, config)
         return update if prepared else {}
@@ -381,7 +381,7 @@ class CompactNode:
         outcome = self._finish(plan, sections)
         if isinstance(outcome, str):
             return self._give_up(plan, outcome)
-        record, update = outcome
+        record, update, _ = outcome
         window = state.get("messages") or []
         prepared = await self._commit.aprepare(plan.archive, record, plan.old, window, config)
         return update if prepared else {}
@@ -496,7 +496,7 @@ class CompactNode:
         """Start a job for ``state`` unless a result is ready or another job holds the lease."""
         version = _mark_version(state)
         results = JobResults(store, thread_id)
-        ready = _ready(results, version)
+        ready = results.ready(version)
         if ready is not None:
             return Launch("ready", result=ready)
         leases = leases_for(store)
@@ -572,7 +572,7 @@ class CompactNode:
                 if time.monotonic() >= deadline:
                     return Launch("running")
                 time.sleep(JOB_POLL_S)
-        result = _ready(JobResults(store, thread_id), version)
+        result = JobResults(store, thread_id).ready(version)
         if result is None:
             return Launch("failed", lease=launched.lease)
         return Launch("joined" if launched.worker is None else "completed", result=result)
@@ -598,9 +598,11 @@ class CompactNode:
         leases = leases_for(store)
         deadline = time.monotonic() + wait_s
         waited_from: float | None = None
+        window = state.get("messages") or []
+        repaired, everything = repair_tool_pairs(window)
         while True:
-            for key, result in self._usable_results(plan, state, results, leases):
-                update = self._applied(plan, state, result, config)
+            for key, result in self._usable_results(plan, everything, results, leases):
+                update = self._applied(plan, window, repaired, everything, result, config)
                 if not isinstance(update, str):
                     return update
                 results.delete(key)
@@ -623,7 +625,11 @@ class CompactNode:
             time.sleep(JOB_POLL_S)
 
     def _usable_results(
-        self, plan: Plan, state: AgentState, results: JobResults, leases: CompactionLeases
+        self,
+        plan: Plan,
+        everything: list[AnyMessage],
+        results: JobResults,
+        leases: CompactionLeases,
     ) -> list[tuple[str, JobResult]]:
         """The stored results that can apply, newest first; every other one is discarded.
 
@@ -632,7 +638,7 @@ class CompactNode:
         """
         usable: list[tuple[str, JobResult]] = []
         for key, result in results.results():
-            reason = self._unusable(result, plan, state, leases)
+            reason = self._unusable(result, plan, everything, leases)
             if reason is None and result is not None:
                 usable.append((key, result))
                 continue
@@ -650,9 +656,15 @@ class CompactNode:
 
     @staticmethod
     def _unusable(
-        result: JobResult | None, plan: Plan, state: AgentState, leases: CompactionLeases
+        result: JobResult | None,
+        plan: Plan,
+        everything: list[AnyMessage],
+        leases: CompactionLeases,
     ) -> str | None:
-        """Why a stored result cannot apply to ``state`` (None: it can)."""
+        """Why a stored result cannot apply (None: it can).
+
+        ``everything`` is the window as ``repair_tool_pairs`` gives it, orphans included.
+        """
         if result is None:
             return "unreadable job result"
         version = int(plan.mark.get("version", 0) or 0)
@@ -666,7 +678,6 @@ class CompactNode:
         current = leases.current(plan.archive.thread_id)
         if current is not None and current.token != result.token:
             return f"stale worker: token {result.token} is no longer the thread's current token"
-        _, everything = repair_tool_pairs(state.get("messages") or [])
         present = {str(m.id): m for m in everything}
         missing = [i for i in result.folded_ids if i not in present]
         if missing:
@@ -679,11 +690,18 @@ class CompactNode:
         return None
 
     def _applied(
-        self, plan: Plan, state: AgentState, result: JobResult, config: RunnableConfig
+        self,
+        plan: Plan,
+        window: list[AnyMessage],
+        repaired: list[AnyMessage],
+        everything: list[AnyMessage],
+        result: JobResult,
+        config: RunnableConfig,
     ) -> dict[str, Any] | str:
-        """The committed update of a valid result, or why it does not fit (a string)."""
-        window = state.get("messages") or []
-        repaired, everything = repair_tool_pairs(window)
+        """The committed update of a valid result, or why it does not fit (a string).
+
+        ``repaired`` and ``everything`` are what ``repair_tool_pairs(window)`` returns.
+        """
         folded = set(result.folded_ids)
         by_id = {str(m.id): m for m in everything}
         old: list[AnyMessage] = [by_id[i] for i in result.folded_ids]
@@ -697,18 +715,9 @@ class CompactNode:
         outcome = self._finish(job_plan, result.sections)
         if isinstance(outcome, str):
             return f"the compacted request would not fit: {outcome}"
-        record, update = outcome
+        record, update, after = outcome
         if not self._commit.prepare(plan.archive, record, old, window, config):
             return {}
-        after = self._measure(
-            {
-                "messages": kept,
-                "summary": update["summary"],
-                "compaction": update["compaction"],
-                "memory_view": plan.memory_view,
-            },
-            plan.settings,
-        )
         emit(
             "applied",
             plan.archive.thread_id,
@@ -724,8 +733,10 @@ class CompactNode:
 
     def _finish(
         self, plan: Plan, sections: dict[str, str]
-    ) -> tuple[ArchiveRecord, dict[str, Any]] | str:
+    ) -> tuple[ArchiveRecord, dict[str, Any], RequestSize] | str:
         """Commit material for a checked summary; a string return says why it was rejected.
+
+        Returns the archive record, the state update and the size of the compacted request.
 
         If the compacted request would not shrink or would still fire a trigger, the record
         is shrunk before the compaction is judged: the ledger's bounds are halved, step by
@@ -778,7 +789,7 @@ class CompactNode:
                     "compaction_retry": None,
                     "compaction_job": None,
                 }
-                return record, update
+                return record, update, after
         return "; ".join(problems)
 
     def _give_up(self, plan: Plan, reason: str) -> dict[str, Any]:
@@ -913,14 +924,6 @@ def _was_applied(archive: ThreadArchive, result: JobResult) -> bool:
         return False
     record = archive.get(result.base_version + 1)
     return record is not None and tuple(record["event_ids"]) == result.folded_ids
-
-
-def _ready(results: JobResults, version: int) -> JobResult | None:
-    """The newest stored result that starts from ``version``, if any."""
-    for _, result in results.results():
-        if result is not None and result.base_version == version:
-            return result
-    return None
 
 
 def _mark_version(state: AgentState) -> int:
