@@ -6,7 +6,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -24,21 +24,14 @@ from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence.archive import verify_thread
 from ctxgraph.store.persistence.compaction_lease import leases_for
+from tests.support.background_child import SETTINGS
 from tests.support.scripted import is_summary_request, prompt_text
 
 CTX = Context(user_id="u1")
 FILLER = (
     "The warehouse scanned the parcel at the dock and the carrier confirmed the pickup window. " * 3
 ).strip()
-BACKGROUND = Settings(
-    trigger_messages=14,
-    keep_messages=2,
-    memory_extraction="off",
-    compaction_mode="background",
-    background_fraction=0.5,
-    background_wait_s=0,
-)
-"""A job starts at 7 request messages; the trigger fires at 14."""
+BACKGROUND = SETTINGS
 
 
 class Summarizer:
@@ -222,7 +215,7 @@ def test_a_stale_worker_stores_nothing_and_a_stale_result_is_not_applied(
 
     # The worker freezes: it never renews its lease, which then expires.
     monkeypatch.setattr(background._Renewal, "_loop", lambda self: None)
-    s = session(Settings(**{**_fields(BACKGROUND), "compaction_lease_s": 1.0}))
+    s = session(replace(BACKGROUND, compaction_lease_s=1.0))
     s.summarizer.gate.clear()
     turns_until(s, "started", 1)
     assert s.summarizer.entered.wait(5)
@@ -268,14 +261,8 @@ def test_a_stale_worker_stores_nothing_and_a_stale_result_is_not_applied(
     leases.release(taken)
 
 
-def _fields(settings: Settings) -> dict[str, Any]:
-    from dataclasses import fields
-
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}
-
-
 def test_at_the_trigger_a_running_job_is_waited_for() -> None:
-    s = session(Settings(**{**_fields(BACKGROUND), "background_wait_s": 10.0}))
+    s = session(replace(BACKGROUND, background_wait_s=10.0))
     s.summarizer.gate.clear()
     n = turns_until(s, "started", 1)
     assert s.summarizer.entered.wait(5)
@@ -357,3 +344,66 @@ def test_settings_name_a_bad_background_value() -> None:
         "background"
     )
     assert Settings().compaction_mode == "inline"
+
+
+def saved_session(turns: int) -> Session:
+    """A session whose thread has ``turns`` turns in inline mode (no job started yet)."""
+    s = session(replace(BACKGROUND, compaction_mode="inline", trigger_messages=60))
+    for n in range(1, turns + 1):
+        s.turn(n)
+    return s
+
+
+def test_run_job_reports_a_failed_job_and_one_still_running() -> None:
+    from ctxgraph.graph.builder import compaction_node
+
+    s = saved_session(4)
+    values: Any = s.state()
+
+    def failing(messages: list[BaseMessage]) -> AIMessage:
+        raise RuntimeError("summary endpoint down")
+
+    broken = compaction_node(
+        models=Models(
+            main=ScriptedChatModel(responder=failing), summary=ScriptedChatModel(responder=failing)
+        ),
+        settings=BACKGROUND,
+    )
+    failed = broken.run_job(values, s.store, s.thread, wait_s=10)
+    assert failed.state == "failed" and failed.result is None and failed.lease is not None
+    assert leases_for(s.store).current(s.thread) is not None
+    assert not leases_for(s.store).current(s.thread).live  # type: ignore[union-attr]
+
+    held = Summarizer()
+    held.gate.clear()
+    slow = compaction_node(
+        models=Models(
+            main=ScriptedChatModel(responder=chat_main),
+            summary=ScriptedChatModel(responder=held),
+        ),
+        settings=BACKGROUND,
+    )
+    running = slow.run_job(values, s.store, s.thread, wait_s=0.2)
+    assert running.state == "running" and running.worker is not None
+    # A second caller joins the running job instead of starting one: no second call.
+    joined_while_running = slow.run_job(values, s.store, s.thread, wait_s=0.2)
+    assert joined_while_running.state == "running" and joined_while_running.lease is None
+    held.gate.set()
+    assert wait_for_jobs(10) == 0
+    ready = slow.run_job(values, s.store, s.thread, wait_s=1)
+    assert ready.state == "ready" and ready.result is not None
+    assert held.calls == 1
+
+
+def test_run_job_on_a_short_thread_has_nothing_to_fold() -> None:
+    from ctxgraph.graph.builder import compaction_node
+
+    s = saved_session(1)
+    node = compaction_node(
+        models=Models(
+            main=ScriptedChatModel(responder=chat_main),
+            summary=ScriptedChatModel(responder=Summarizer()),
+        ),
+        settings=BACKGROUND,
+    )
+    assert node.run_job(s.state(), s.store, s.thread, wait_s=1).state == "nothing to fold"  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,21 +17,15 @@ from ctxgraph.graph.compaction_worker import CompactionWorkerError, build_compac
 from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.job_queue import settings_from_values, settings_values
 from ctxgraph.nodes.compaction.jobs import JobResults
-from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state import Context, Models
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence.archive import verify_thread
+from tests.support.background_child import SETTINGS as BACKGROUND
 from tests.support.scripted import is_summary_request, prompt_text
 
 CTX = Context(user_id="u1")
-SETTINGS = Settings(
-    trigger_messages=14,
-    keep_messages=2,
-    memory_extraction="off",
-    compaction_mode="background",
-    background_fraction=0.5,
-    background_wait_s=0,
-    read_only_tools=("lookup_order",),
-)
+SETTINGS = replace(BACKGROUND, read_only_tools=("lookup_order",))
+"""A tuple-valued field too, so the trip through JSON has one to restore."""
 FILLER = "The carrier confirmed the pickup window and the customs papers were filed. " * 4
 
 
@@ -64,6 +59,22 @@ class WorkerQueue:
         return f"run-{len(self.payloads)}"
 
 
+async def turns_until(graph: Any, config: Any, event: str) -> list[dict[str, Any]]:
+    """Run turns until ``event`` is streamed (20 at most); returns every custom event."""
+    events: list[dict[str, Any]] = []
+    for n in range(1, 20):
+        async for chunk in graph.astream(
+            {"messages": [HumanMessage(content=f"Note {n}. {FILLER}")]},
+            config,
+            context=CTX,
+            stream_mode="custom",
+        ):
+            events.append(chunk)
+        if any(e["event"] == event for e in events):
+            break
+    return events
+
+
 def test_settings_survive_the_trip_through_json() -> None:
     values = json.loads(json.dumps(settings_values(SETTINGS)))
     assert settings_from_values(values) == SETTINGS
@@ -81,17 +92,7 @@ async def test_a_queued_job_runs_on_the_worker_and_the_thread_applies_its_result
         compaction_queue=queue,
     )
     config: Any = {"configurable": {"thread_id": f"w-{uuid.uuid4().hex[:8]}"}}
-    events: list[dict[str, Any]] = []
-    for n in range(1, 20):
-        async for chunk in graph.astream(
-            {"messages": [HumanMessage(content=f"Note {n}. {FILLER}")]},
-            config,
-            context=CTX,
-            stream_mode="custom",
-        ):
-            events.append(chunk)
-        if any(e["event"] == "compaction.applied" for e in events):
-            break
+    events = await turns_until(graph, config, "compaction.applied")
     names = [e["event"] for e in events]
     assert names[0] == "compaction.queued" and "compaction.applied" in names, names
     assert queue.outcomes[0] == "stored"
@@ -135,17 +136,7 @@ async def test_a_queue_that_refuses_the_job_leaves_it_to_a_thread(
         compaction_queue=DownQueue(),
     )
     config: Any = {"configurable": {"thread_id": f"w-{uuid.uuid4().hex[:8]}"}}
-    events: list[str] = []
-    for n in range(1, 20):
-        async for chunk in graph.astream(
-            {"messages": [HumanMessage(content=f"Note {n}. {FILLER}")]},
-            config,
-            context=CTX,
-            stream_mode="custom",
-        ):
-            events.append(chunk["event"])
-        if "compaction.started" in events:
-            break
+    events = [e["event"] for e in await turns_until(graph, config, "compaction.started")]
     assert events[:2] == ["compaction.failed", "compaction.started"], events
     assert "cannot queue the job (ConnectionError" in caplog.text
     assert wait_for_jobs(10) == 0

@@ -42,6 +42,8 @@ SETTINGS = Settings(
     background_fraction=0.5,
     background_wait_s=0,
 )
+"""Background mode with small triggers: a job starts at 7 request messages, the trigger
+fires at 14, and a step at the trigger does not wait for a running job."""
 FILLER = "The carrier confirmed the pickup window and the customs papers were filed. " * 6
 CONTEXT = Context(user_id="background-user")
 
