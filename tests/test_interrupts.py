@@ -11,11 +11,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from ctxgraph.graph.cli.chat import INTERRUPTED_NOTE, SIGINT_EXIT, SIGTERM_EXIT
+from ctxgraph.graph.cli.chat import INTERRUPTED_NOTE
+from ctxgraph.graph.cli.exit_status import SIGINT_EXIT, SIGTERM_EXIT
 from tests.support.cli import REPO_ROOT, run_ctxgraph
+from tests.support.embedded import postgres_pids, wait_until_gone
 from tests.support.slow_server import SlowReply, SlowServer
 
 SLOW = SlowReply(tuple(f"partial{i}" for i in range(60)), delay=0.25)
@@ -113,6 +116,22 @@ def _chat_messages(body: dict[str, object]) -> list[tuple[str, str]]:
     messages = body["messages"]
     assert isinstance(messages, list)
     return [(m["role"], str(m.get("content") or "")) for m in messages if m["role"] != "system"]
+
+
+def _stop_run(run: Child, signum: signal.Signals, expected: int) -> str:
+    """Send ``signum`` to a ``run`` mid-answer; check it exits with ``expected`` in time.
+
+    Returns its standard error.
+    """
+    sent = time.monotonic()
+    run.process.send_signal(signum)
+    status = run.process.wait(10)
+    took = time.monotonic() - sent
+    _, output, errors = run.finish()
+    assert status == expected, errors
+    assert took < LIMIT, f"exited {took:.2f} s after the signal"
+    assert INTERRUPTED_NOTE in output
+    return errors
 
 
 def _interrupt_chat(
@@ -214,18 +233,28 @@ def test_run_stops_within_a_second_on_a_signal(
 ) -> None:
     run = Child(python, model_env, "run", "--user", "u1", "--thread", thread_id, "the question")
     run.wait_for("partial1")
-    sent = time.monotonic()
-    run.process.send_signal(signum)
-    status = run.process.wait(10)
-    took = time.monotonic() - sent
-    _, output, errors = run.finish()
-    assert status == expected, errors
-    assert took < LIMIT, f"exited {took:.2f} s after the signal"
-    assert INTERRUPTED_NOTE in output
+    errors = _stop_run(run, signum, expected)
     assert "Traceback" not in errors
     shown = _show(python, model_env, thread_id)
     assert shown == f"thread {thread_id}: 1 message\n[1] user: the question\n"
     assert server.finished == 0
+
+
+def test_run_on_the_embedded_postgres_stops_the_server_and_keeps_the_message(
+    python: str, model_env: dict[str, str], server: SlowServer, ctxgraph_home: Path
+) -> None:
+    # The quick exit after a signal still runs the exit handlers: this process was the
+    # embedded server's only client, so the server stops, and what was committed stays.
+    env = {k: v for k, v in model_env.items() if k != "DATABASE_URI"}
+    env["CTXGRAPH_HOME"] = str(ctxgraph_home)
+    run = Child(python, env, "run", "--user", "u1", "--thread", "t-home", "the question")
+    run.wait_for("partial1")
+    assert postgres_pids(ctxgraph_home / "pgdata")
+    errors = _stop_run(run, signal.SIGTERM, SIGTERM_EXIT)
+    assert "Traceback" not in errors
+    assert wait_until_gone(ctxgraph_home / "pgdata") == []
+    assert _show(python, env, "t-home") == "thread t-home: 1 message\n[1] user: the question\n"
+    assert wait_until_gone(ctxgraph_home / "pgdata") == []
 
 
 def test_run_stops_within_a_second_while_the_model_is_silent(
@@ -248,14 +277,7 @@ def test_run_stops_within_a_second_while_the_model_is_silent(
             time.sleep(0.02)
         assert silent.requests, "the model was never called"
         time.sleep(0.2)
-        sent = time.monotonic()
-        run.process.send_signal(signal.SIGINT)
-        status = run.process.wait(10)
-        took = time.monotonic() - sent
-        _, output, errors = run.finish()
-        assert status == SIGINT_EXIT, errors
-        assert took < LIMIT, f"exited {took:.2f} s after the signal"
-        assert INTERRUPTED_NOTE in output
+        _stop_run(run, signal.SIGINT, SIGINT_EXIT)
         shown = _show(python, env, thread_id)
         assert shown == f"thread {thread_id}: 1 message\n[1] user: a question\n"
 

@@ -113,7 +113,7 @@ def test_the_wheel_holds_only_the_ctxgraph_package(wheel: Path) -> None:
         top_level = next(n for n in files if n.endswith(".dist-info/top_level.txt"))
         assert archive.read(top_level).decode().split() == ["ctxgraph"]
         entry_points = next(n for n in files if n.endswith(".dist-info/entry_points.txt"))
-        assert "ctxgraph = ctxgraph.graph.cli.main:main" in archive.read(entry_points).decode()
+        assert "ctxgraph = ctxgraph.graph.cli.main:entry" in archive.read(entry_points).decode()
     for module in ("graph/builder.py", "nodes/compaction/node.py", "state/context.py"):
         assert f"ctxgraph/{module}" in files
     assert "ctxgraph/store/memory/repository.py" in files

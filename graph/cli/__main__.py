@@ -1,7 +1,5 @@
 """Allows ``python -m ctxgraph.graph.cli``."""
 
-import sys
+from ctxgraph.graph.cli.main import entry
 
-from ctxgraph.graph.cli.main import main
-
-sys.exit(main())
+entry()

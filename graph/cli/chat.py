@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ctxgraph.graph.builder import Graph
+from ctxgraph.graph.cli.exit_status import SIGINT_EXIT, SIGTERM_EXIT, exit_at_once
 from ctxgraph.graph.cli.input import InputError, check_message, expand_stdin, message_limit
 from ctxgraph.graph.cli.render import LINE_CHARS, escape_control, plural, transcript_lines
 from ctxgraph.graph.cli.threads import check_owner
@@ -31,12 +31,6 @@ from ctxgraph.store.skills import SkillCatalog
 
 EXIT_COMMANDS = {"/exit", "/quit"}
 RESUME_TAIL = 6
-
-SIGINT_EXIT = 130
-"""Exit status of ``run`` stopped by SIGINT (Ctrl-C): 128 + 2."""
-
-SIGTERM_EXIT = 143
-"""Exit status of ``run`` and ``chat`` stopped by SIGTERM: 128 + 15."""
 
 INTERRUPTED_NOTE = "[interrupted: the partial answer is not kept; your message is]"
 """What ``chat`` and ``run`` print when a turn is interrupted."""
@@ -247,10 +241,7 @@ def _exit_now(status: int, abandoned: threading.Thread) -> None:
     abandoned.join(EXIT_GRACE)
     if not abandoned.is_alive():
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    atexit._run_exitfuncs()
-    os._exit(status)
+    exit_at_once(status)
 
 
 class _Session:

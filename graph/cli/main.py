@@ -8,6 +8,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from ctxgraph.graph.cli.exit_status import INTERRUPTED_EXITS, SIGINT_EXIT, exit_at_once
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at startup
 if TYPE_CHECKING:
     from ctxgraph.state.context import Context
@@ -407,8 +409,21 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _threads(args)
 
 
+def entry() -> None:
+    """The ``ctxgraph`` console script: ``main``, then the exit.
+
+    A command stopped by Ctrl-C or SIGTERM ends at once after its exit handlers (see
+    ``exit_at_once``): it was asked to stop, and the interpreter's teardown after a turn
+    would add most of a second. Other commands exit the usual way.
+    """
+    status = main()
+    if status in INTERRUPTED_EXITS:
+        exit_at_once(status)
+    sys.exit(status)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ctxgraph`` console script."""
+    """Run the ``ctxgraph`` command with ``argv``; its exit status."""
     args = build_parser().parse_args(argv)  # `--help` and usage errors exit here
     import logging
 
@@ -428,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with database_errors():  # a database fault mid-command becomes one line
             return _dispatch(args)
     except KeyboardInterrupt:
-        return 130
+        return SIGINT_EXIT
     except BrokenPipeError:  # the reader (e.g. `| head`) stopped reading
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
