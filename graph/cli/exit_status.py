@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 
@@ -22,12 +23,14 @@ INTERRUPTED_EXITS = frozenset({SIGINT_EXIT, SIGTERM_EXIT})
 def exit_at_once(status: int) -> NoReturn:
     """End the process with ``status`` without the interpreter's teardown.
 
-    Standard output and error are flushed and the exit handlers run (they close logging
-    and leave the embedded Postgres), then the process ends. What the interpreter would
+    Standard output and error are flushed (as far as their readers still read) and the
+    exit handlers run (they close logging and leave the embedded Postgres), then the
+    process ends. What the interpreter would
     do next (join worker threads, free every module) can take most of a second after a
     turn, and nothing in it is needed once the command's writes are committed.
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # no reader left, or stream closed
+            stream.flush()
     atexit._run_exitfuncs()
     os._exit(status)

@@ -12,6 +12,8 @@ from ctxgraph.graph.cli.exit_status import INTERRUPTED_EXITS, SIGINT_EXIT, exit_
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at startup
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from ctxgraph.state.context import Context
 
 # Subcommand modules are imported when their subcommand runs, so `--help` and the light
@@ -409,7 +411,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _threads(args)
 
 
-def entry() -> None:
+def entry() -> NoReturn:
     """The ``ctxgraph`` console script: ``main``, then the exit.
 
     A command stopped by Ctrl-C or SIGTERM ends at once after its exit handlers (see
