@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import math
 import shutil
@@ -49,6 +50,34 @@ class Backend:
 
     checkpointer: BaseCheckpointSaver[Any]
     store: BaseStore
+
+
+BACKENDS = ("postgres", "memory")
+"""The ``--backend`` choices: Postgres (embedded or ``--database-uri``) or in memory."""
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--backend`` (default postgres) and ``--database-uri``."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="postgres",
+        help="postgres: a Postgres checkpointer and Store (default); memory: LangGraph's "
+        "InMemorySaver and InMemoryStore",
+    )
+    parser.add_argument(
+        "--database-uri",
+        default=None,
+        help="Postgres URI (default: an embedded Postgres in a temporary folder)",
+    )
+
+
+def backend_label(kind: str, database_uri: str | None) -> str:
+    """How a report names the backend ``open_backend(kind, database_uri)`` opens."""
+    if kind == "memory":
+        return "in-memory checkpointer (InMemorySaver) and Store (InMemoryStore)"
+    where = "given URI" if database_uri else "embedded, temporary folder"
+    return f"Postgres checkpointer and Store ({where})"
 
 
 @contextmanager

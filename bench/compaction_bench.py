@@ -45,7 +45,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
-from bench.common import Backend, open_backend, percentile
+from bench.common import Backend, add_backend_arguments, backend_label, open_backend, percentile
 from bench.common import median as _median
 from bench.common import package_version as _version
 from bench.session import (
@@ -705,7 +705,8 @@ def report(results: Sequence[RunResult], config: BenchConfig, session: Session) 
         + ".",
         f"ctxgraph's long-term memory: {_memory_line(config)}.",
         f"Repetitions: {config.repeats}, interleaved turn by turn after "
-        f"{config.warmup_turns} warm-up turns; {_backend_line(config)}.",
+        f"{config.warmup_turns} warm-up turns;"
+        f" {backend_label(config.backend, config.database_uri)}.",
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
         + ", ".join(f"{name} {_version(name)}" for name in _PACKAGES)
         + ".",
@@ -807,13 +808,6 @@ def _memory_line(config: BenchConfig) -> str:
     )
 
 
-def _backend_line(config: BenchConfig) -> str:
-    if config.backend == "memory":
-        return "in-memory checkpointer (InMemorySaver) and Store (InMemoryStore)"
-    where = "given URI" if config.database_uri else "embedded, temporary folder"
-    return f"Postgres checkpointer and Store ({where})"
-
-
 def _growth(before: int, after: int) -> float:
     """``after / before``; 1.0 when both are empty, infinite when only ``before`` is."""
     if before == 0:
@@ -862,18 +856,7 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         help="off: ctxgraph without long-term memory (default, compaction alone); on: "
         "memory_mode 'auto' and inline extraction, with a memory model that finds no facts",
     )
-    parser.add_argument(
-        "--backend",
-        choices=("postgres", "memory"),
-        default="postgres",
-        help="postgres: a Postgres checkpointer and Store (default); memory: LangGraph's "
-        "InMemorySaver and InMemoryStore",
-    )
-    parser.add_argument(
-        "--database-uri",
-        default=None,
-        help="Postgres URI (default: an embedded Postgres in a temporary folder)",
-    )
+    add_backend_arguments(parser)
     parser.add_argument(
         "--ctxgraph-setting",
         action="append",

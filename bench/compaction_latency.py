@@ -75,7 +75,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from bench.common import Backend, open_backend, percentile
+from bench.common import Backend, add_backend_arguments, backend_label, open_backend, percentile
 from bench.common import median as _median
 from bench.common import package_version as _version
 from ctxgraph.graph import build_graph
@@ -560,7 +560,8 @@ def report(results: Sequence[RunResult], config: LatencyConfig) -> str:
         f"background_wait_s {Settings().background_wait_s:g}. No compaction: triggers "
         f"{NEVER_TOKENS:,} tokens and {NEVER_MESSAGES:,} messages. Memory off.",
         f"Repetitions: {config.repeats}, the modes one after the other in a rotating "
-        f"order, {WARMUP_TURNS} untimed warm-up turns each; {_backend_line(config)}.",
+        f"order, {WARMUP_TURNS} untimed warm-up turns each;"
+        f" {backend_label(config.backend, config.database_uri)}.",
         machine_line(),
         "",
         "Medians over repetitions:",
@@ -586,13 +587,6 @@ def report(results: Sequence[RunResult], config: LatencyConfig) -> str:
         f"{_ms(table[NONE]['p95'])} ms (target <= {P95_RATIO_TARGET:.1f}x)",
     ]
     return "\n".join(lines)
-
-
-def _backend_line(config: LatencyConfig) -> str:
-    if config.backend == "memory":
-        return "in-memory checkpointer (InMemorySaver) and Store (InMemoryStore)"
-    where = "given URI" if config.database_uri else "embedded, temporary folder"
-    return f"Postgres checkpointer and Store ({where})"
 
 
 def write_json(path: str, results: Sequence[RunResult], config: LatencyConfig) -> None:
@@ -686,18 +680,7 @@ def parse_args(argv: Sequence[str] | None) -> LatencyConfig:
     parser.add_argument(
         "--keep", type=int, default=d.keep_messages, help="kept messages (default 4)"
     )
-    parser.add_argument(
-        "--backend",
-        choices=("postgres", "memory"),
-        default=d.backend,
-        help="postgres: a Postgres checkpointer and Store (default); memory: LangGraph's "
-        "InMemorySaver and InMemoryStore",
-    )
-    parser.add_argument(
-        "--database-uri",
-        default=None,
-        help="Postgres URI (default: an embedded Postgres in a temporary folder)",
-    )
+    add_backend_arguments(parser)
     add_latency_arguments(parser)
     args = parser.parse_args(argv)
     if args.latency_turns < 1 or args.repeats < 1:
