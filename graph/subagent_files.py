@@ -7,7 +7,7 @@ from pathlib import Path
 
 from langchain_core.tools import BaseTool
 
-from ctxgraph.state.front_matter import FrontMatterError, split_front_matter
+from ctxgraph.state.front_matter import FrontMatterError, split_front_matter, string_field
 from ctxgraph.state.subagents import NAME_PATTERN, SubagentSpec, SubagentSpecError
 
 __all__ = [
@@ -96,9 +96,6 @@ def parse_subagent_md(text: str, *, file: str, tools: Mapping[str, BaseTool]) ->
         data, body = split_front_matter(text)
     except FrontMatterError as error:
         raise fail(None, str(error)) from None
-    if not isinstance(data, Mapping):
-        kind = "empty" if data is None else type(data).__name__
-        raise fail(None, f"the front matter must be a YAML mapping of fields, not {kind}")
     unknown = sorted(str(key) for key in data if key not in KNOWN_FIELDS)
     if unknown:
         raise fail(
@@ -141,11 +138,9 @@ def _read_text(path: Path) -> str:
 
 def _name(data: Mapping[object, object], fail: _Fail) -> str:
     """The ``name`` field, checked against ``NAME_PATTERN``."""
-    name = data.get("name")
-    if name is None:
-        raise fail("name", "missing; give the subagent's name, for example 'researcher'")
-    if not isinstance(name, str):
-        raise fail("name", f"must be a string, not {type(name).__name__}")
+    name = string_field(
+        data, "name", fail, missing="give the subagent's name, for example 'researcher'"
+    )
     if not NAME_PATTERN.fullmatch(name):
         raise fail(
             "name",
@@ -157,15 +152,13 @@ def _name(data: Mapping[object, object], fail: _Fail) -> str:
 
 def _description(data: Mapping[object, object], fail: _Fail) -> str:
     """The ``description`` field, stripped and non-empty."""
-    description = data.get("description")
-    if description is None:
-        raise fail("description", "missing; say what the subagent does and when to hand work to it")
-    if not isinstance(description, str):
-        raise fail("description", f"must be a string, not {type(description).__name__}")
-    description = description.strip()
-    if not description:
-        raise fail("description", "is empty; say what the subagent does and when to use it")
-    return description
+    return string_field(
+        data,
+        "description",
+        fail,
+        missing="say what the subagent does and when to hand work to it",
+        empty="is empty; say what the subagent does and when to use it",
+    )
 
 
 def _tools(

@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 
-from ctxgraph.state.front_matter import FrontMatterError, split_front_matter
+from ctxgraph.state.front_matter import FrontMatterError, split_front_matter, string_field
 from ctxgraph.store.skills.model import Skill, SkillProblem, SkillSource
 
 __all__ = [
@@ -73,9 +73,6 @@ def parse_skill_md(
         data, body = split_front_matter(text)
     except FrontMatterError as error:
         raise fail(None, str(error)) from None
-    if not isinstance(data, Mapping):
-        kind = "empty" if data is None else type(data).__name__
-        raise fail(None, f"the front matter must be a YAML mapping of fields, not {kind}")
     name = _name(data, folder_name, fail)
     description = _description(data, fail)
     allowed = _allowed_tools(data, fail)
@@ -106,11 +103,7 @@ def parse_skill_md(
 
 
 def _name(data: Mapping[object, object], folder_name: str | None, fail: _Fail) -> str:
-    name = data.get("name")
-    if name is None:
-        raise fail("name", "missing; give the skill's folder name")
-    if not isinstance(name, str):
-        raise fail("name", f"must be a string, not {type(name).__name__}")
+    name = string_field(data, "name", fail, missing="give the skill's folder name")
     if not valid_skill_name(name):
         raise fail(
             "name",
@@ -123,14 +116,13 @@ def _name(data: Mapping[object, object], folder_name: str | None, fail: _Fail) -
 
 
 def _description(data: Mapping[object, object], fail: _Fail) -> str:
-    description = data.get("description")
-    if description is None:
-        raise fail("description", "missing; say what the skill does and when to use it")
-    if not isinstance(description, str):
-        raise fail("description", f"must be a string, not {type(description).__name__}")
-    description = description.strip()
-    if not description:
-        raise fail("description", "is empty")
+    description = string_field(
+        data,
+        "description",
+        fail,
+        missing="say what the skill does and when to use it",
+        empty="is empty",
+    )
     if len(description) > MAX_DESCRIPTION_CHARS:
         raise fail(
             "description",
