@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 
 import pytest
 
@@ -207,3 +208,37 @@ def test_chat_and_run_wait_for_jobs_then_name_the_abandoned_ones(
         "ctxgraph: 2 background compaction job(s) still running were abandoned; their "
         "leases expire in 90 s\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("stop", "waited"), [(False, [Settings().background_wait_s]), (True, [0.0])]
+)
+def test_a_session_gives_jobs_their_wait_unless_it_was_interrupted(
+    monkeypatch: pytest.MonkeyPatch,
+    subprocess_env: dict[str, str],
+    thread_id: str,
+    stop: bool,
+    waited: list[float],
+) -> None:
+    from ctxgraph.graph.cli.chat import run_turns
+    from ctxgraph.graph.cli.exit_status import SIGINT_EXIT
+    from ctxgraph.nodes.compaction import background
+    from ctxgraph.state.context import Context
+
+    timeouts: list[float] = []
+    monkeypatch.setattr(background, "wait_for_jobs", lambda t: timeouts.append(t) or 0)
+    for name, value in background_env(subprocess_env).items():
+        monkeypatch.setenv(name, value)
+
+    def typed() -> Iterator[str]:
+        yield turn(1)
+        if stop:
+            raise KeyboardInterrupt  # Ctrl-C at the prompt
+        yield "/exit"
+
+    out = io.StringIO()
+    status = run_turns(
+        typed(), context=Context(user_id="u1"), thread_id=thread_id, out=out, interactive=True
+    )
+    assert status == (SIGINT_EXIT if stop else 0), out.getvalue()
+    assert timeouts == waited

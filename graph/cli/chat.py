@@ -121,27 +121,17 @@ def _run_session(
     see ``settle_compaction_jobs``).
     """
     with open_persistence() as persistence:
-        calm = False  # whether the session ended without Ctrl-C or SIGTERM
+        graph = configured.build(checkpointer=persistence.checkpointer, store=persistence.store)
+        session = _Session(graph, thread_id, context, out, interactive=interactive)
+        interrupted = False  # by Ctrl-C or SIGTERM: then jobs get no time to finish
         try:
-            status, abandoned = _session_turns(
-                persistence,
-                texts,
-                configured,
-                limit,
-                context,
-                thread_id,
-                out,
-                err,
-                interactive,
-                wait,
-            )
-            calm = status not in (SIGINT_EXIT, SIGTERM_EXIT)
-            return status, abandoned
-        except Exception:
-            calm = True
-            raise
+            session.turns(persistence, texts, limit, err, wait)
+            return 0, session.abandoned
+        except (TurnInterruptedError, KeyboardInterrupt) as stop:
+            interrupted = True
+            return session.stopped(stop)
         finally:
-            settle_compaction_jobs(configured.settings, err, wait=calm)
+            settle_compaction_jobs(configured.settings, err, wait=not interrupted)
 
 
 def settle_compaction_jobs(settings: Settings, err: TextIO, *, wait: bool = True) -> int:
@@ -162,68 +152,6 @@ def settle_compaction_jobs(settings: Settings, err: TextIO, *, wait: bool = True
         )
         err.flush()
     return left
-
-
-def _session_turns(
-    persistence: Persistence,
-    texts: Iterable[str],
-    configured: EnvironmentConfig,
-    limit: tuple[int, str],
-    context: Context,
-    thread_id: str,
-    out: TextIO,
-    err: TextIO,
-    interactive: bool,
-    wait: float,
-) -> tuple[int, threading.Thread | None]:
-    """Run the turns on the opened database; the exit status and any abandoned run."""
-    graph = configured.build(checkpointer=persistence.checkpointer, store=persistence.store)
-    config = _config(thread_id)
-    session = _Session(graph, thread_id, context, out, interactive=interactive)
-    try:
-        with ExitStack() as whole_run:
-            if not interactive:
-                whole_run.enter_context(thread_lock(persistence, thread_id, wait=wait))
-            # In chat this read is not under the lock: it reads the latest checkpoint in
-            # one statement, only to show it, and each turn then starts from whatever
-            # checkpoint is latest once it holds the lock.
-            # Another user's thread is refused before its messages are shown.
-            check_owner(persistence, thread_id, context.user_id)
-            _show_resume(persistence, config, thread_id, out, interactive=interactive)
-            for text in texts:
-                if text.strip() in EXIT_COMMANDS:
-                    break
-                if not text.strip():
-                    continue
-                if not interactive:
-                    out.write(f"you: {escape_control(text)}\n")
-                    session.turn(text)
-                    continue
-                try:
-                    check_message(text, limit)
-                except InputError as error:
-                    err.write(f"ctxgraph: {error}\n")
-                    continue
-                with thread_lock(persistence, thread_id, wait=wait):
-                    try:
-                        answered = session.turn(text)
-                    except Exception as error:  # a model endpoint failed: one line, go on
-                        if not report_endpoint_error(error, err):
-                            raise
-                        continue
-                    if not answered:
-                        out.write(INTERRUPTED_NOTE + "\n")
-    except TurnInterruptedError as interrupted:
-        out.write(INTERRUPTED_NOTE + "\n")
-        out.flush()
-        terminated = isinstance(interrupted.cause, TerminatedError)
-        return (SIGTERM_EXIT if terminated else SIGINT_EXIT), interrupted.worker
-    except KeyboardInterrupt as stopped:  # at the prompt, or between turns
-        out.write("\n")
-        out.flush()
-        status = SIGTERM_EXIT if isinstance(stopped, TerminatedError) else SIGINT_EXIT
-        return status, session.abandoned
-    return 0, session.abandoned
 
 
 EXIT_GRACE = 0.3
@@ -251,11 +179,80 @@ class _Session:
         self, graph: Graph, thread_id: str, context: Context, out: TextIO, *, interactive: bool
     ) -> None:
         self._graph = graph
+        self._thread_id = thread_id
         self._config = _config(thread_id)
         self._context = context
         self._out = out
         self._interactive = interactive
         self._abandoned: threading.Thread | None = None
+
+    def stopped(
+        self, stop: TurnInterruptedError | KeyboardInterrupt
+    ) -> tuple[int, threading.Thread | None]:
+        """The exit status after Ctrl-C or SIGTERM ended ``turns``, and any abandoned run.
+
+        An interrupted turn gets the interrupted note; at the prompt or between turns,
+        the line is ended.
+        """
+        if isinstance(stop, TurnInterruptedError):
+            self._out.write(INTERRUPTED_NOTE + "\n")
+            self._out.flush()
+            terminated = isinstance(stop.cause, TerminatedError)
+            return (SIGTERM_EXIT if terminated else SIGINT_EXIT), stop.worker
+        self._out.write("\n")
+        self._out.flush()
+        return (SIGTERM_EXIT if isinstance(stop, TerminatedError) else SIGINT_EXIT), self._abandoned
+
+    def turns(
+        self,
+        persistence: Persistence,
+        texts: Iterable[str],
+        limit: tuple[int, str],
+        err: TextIO,
+        wait: float,
+    ) -> None:
+        """Show the thread, then run a turn per text until an exit command or the end.
+
+        ``run`` holds the thread's lock for the whole run; ``chat`` takes it per turn.
+        Ctrl-C and SIGTERM propagate (see ``stopped``).
+        """
+        thread_id, out = self._thread_id, self._out
+        with ExitStack() as whole_run:
+            if not self._interactive:
+                whole_run.enter_context(thread_lock(persistence, thread_id, wait=wait))
+            # In chat this read is not under the lock: it reads the latest checkpoint in
+            # one statement, only to show it, and each turn then starts from whatever
+            # checkpoint is latest once it holds the lock.
+            # Another user's thread is refused before its messages are shown.
+            check_owner(persistence, thread_id, self._context.user_id)
+            _show_resume(persistence, self._config, thread_id, out, interactive=self._interactive)
+            for text in texts:
+                if text.strip() in EXIT_COMMANDS:
+                    break
+                if not text.strip():
+                    continue
+                if not self._interactive:
+                    out.write(f"you: {escape_control(text)}\n")
+                    self.turn(text)
+                    continue
+                try:
+                    check_message(text, limit)
+                except InputError as error:
+                    err.write(f"ctxgraph: {error}\n")
+                    continue
+                with thread_lock(persistence, thread_id, wait=wait):
+                    self._chat_turn(text, err)
+
+    def _chat_turn(self, text: str, err: TextIO) -> None:
+        """One ``chat`` turn: a failed model endpoint is one line on ``err``, and chat goes on."""
+        try:
+            answered = self.turn(text)
+        except Exception as error:
+            if not report_endpoint_error(error, err):
+                raise
+            return
+        if not answered:
+            self._out.write(INTERRUPTED_NOTE + "\n")
 
     @property
     def abandoned(self) -> threading.Thread | None:
