@@ -22,6 +22,7 @@ from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
 from ctxgraph.nodes.compaction.summarizer import parse_sections
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
+from ctxgraph.store.namespaces import thread_compaction_jobs
 from ctxgraph.store.persistence.archive import verify_thread
 from ctxgraph.store.persistence.compaction_lease import leases_for
 from tests.support.background_child import SETTINGS
@@ -206,6 +207,19 @@ def test_a_result_whose_base_was_superseded_is_discarded() -> None:
     discarded = next(e for e in s.events if e["event"] == "compaction.discarded")
     assert discarded["reason"].startswith("superseded: the job started from v0")
     assert all(r is None or r.base_version != 0 for _, r in JobResults(s.store, s.thread).results())
+
+
+def test_an_unreadable_stored_result_is_discarded_and_a_good_one_still_applies() -> None:
+    s = session()
+    namespace = thread_compaction_jobs(s.thread)
+    s.store.put(namespace, "v0-garbage", {"not": "a job result"}, index=False)
+    turns_until(s, "applied", 1)
+    discarded = [e for e in s.events if e["event"] == "compaction.discarded"]
+    assert [e["reason"] for e in discarded] == ["unreadable job result"]
+    assert discarded[0]["base_version"] is None and discarded[0]["token"] is None
+    assert s.store.get(namespace, "v0-garbage") is None
+    assert s.summarizer.calls == 1
+    assert s.state()["compaction"]["version"] == 1
 
 
 def test_a_stale_worker_stores_nothing_and_a_stale_result_is_not_applied(

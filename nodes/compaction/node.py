@@ -605,14 +605,7 @@ class CompactNode:
                 update = self._applied(plan, window, repaired, everything, result, config)
                 if not isinstance(update, str):
                     return update
-                results.delete(key)
-                emit(
-                    "discarded",
-                    thread_id,
-                    base_version=result.base_version,
-                    token=result.token,
-                    reason=update,
-                )
+                _discard(results, key, result, update)
             current = leases.current(thread_id)
             if current is None or not current.live or time.monotonic() >= deadline:
                 if waited_from is not None:
@@ -638,25 +631,21 @@ class CompactNode:
         """
         usable: list[tuple[str, JobResult]] = []
         for key, result in results.results():
-            reason = self._unusable(result, plan, everything, leases)
-            if reason is None and result is not None:
-                usable.append((key, result))
+            if result is None:
+                _discard(results, key, None, "unreadable job result")
                 continue
-            results.delete(key)
-            if result is not None and _was_applied(plan.archive, result):
-                continue  # its compaction committed: nothing was discarded
-            emit(
-                "discarded",
-                plan.archive.thread_id,
-                base_version=result.base_version if result else None,
-                token=result.token if result else None,
-                reason=reason,
-            )
+            reason = self._unusable(result, plan, everything, leases)
+            if reason is None:
+                usable.append((key, result))
+            elif _was_applied(plan.archive, result):
+                results.delete(key)  # its compaction committed: nothing was discarded
+            else:
+                _discard(results, key, result, reason)
         return usable
 
     @staticmethod
     def _unusable(
-        result: JobResult | None,
+        result: JobResult,
         plan: Plan,
         everything: list[AnyMessage],
         leases: CompactionLeases,
@@ -665,8 +654,6 @@ class CompactNode:
 
         ``everything`` is the window as ``repair_tool_pairs`` gives it, orphans included.
         """
-        if result is None:
-            return "unreadable job result"
         version = int(plan.mark.get("version", 0) or 0)
         if result.base_version != version:
             return (
@@ -969,3 +956,15 @@ def _result_stored(state: AgentState) -> bool:
     if not isinstance(thread_id, str) or not thread_id:
         return False
     return job_ended(thread_id, _mark_version(state))
+
+
+def _discard(results: JobResults, key: str, result: JobResult | None, reason: str) -> None:
+    """Delete a stored job result that cannot apply, and say why (``compaction.discarded``)."""
+    results.delete(key)
+    emit(
+        "discarded",
+        results.thread_id,
+        base_version=result.base_version if result else None,
+        token=result.token if result else None,
+        reason=reason,
+    )
