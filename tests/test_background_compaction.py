@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
@@ -95,6 +96,7 @@ def session(
     store: BaseStore | None = None,
     checkpointer: Any = None,
     main: Callable[[list[BaseMessage]], AIMessage] = chat_main,
+    tools: Sequence[BaseTool] = (),
 ) -> Session:
     summarizer = Summarizer()
     store = store or InMemoryStore()
@@ -105,6 +107,7 @@ def session(
             main=ScriptedChatModel(responder=main),
             summary=ScriptedChatModel(responder=summarizer),
         ),
+        tools=list(tools),
         settings=settings,
     )
     return Session(graph, store, summarizer)
@@ -207,6 +210,57 @@ def test_a_result_whose_base_was_superseded_is_discarded() -> None:
     discarded = next(e for e in s.events if e["event"] == "compaction.discarded")
     assert discarded["reason"].startswith("superseded: the job started from v0")
     assert all(r is None or r.base_version != 0 for _, r in JobResults(s.store, s.thread).results())
+
+
+@tool
+def parcel_status(parcel: str) -> str:
+    """The status of a parcel."""
+    return f"{parcel} is at the dock."
+
+
+def tool_main(messages: list[BaseMessage]) -> AIMessage:
+    """Looks every parcel up with a tool before it answers."""
+    last = messages[-1]
+    if isinstance(last, ToolMessage):
+        return AIMessage(content=f"Checked: {last.text[:30]}")
+    asked = [m for m in messages if isinstance(m, HumanMessage)][-1]
+    call = {"name": "parcel_status", "args": {"parcel": asked.text[:12]}, "id": f"c-{asked.id}"}
+    return AIMessage(content="", tool_calls=[call])
+
+
+def test_a_result_is_applied_only_in_a_step_with_no_tool_call_pending() -> None:
+    s = session(main=tool_main, tools=[parcel_status])
+    steps: list[tuple[str, Any]] = []
+    n = 0
+    while "compaction.applied" not in s.names():
+        n += 1
+        assert n < 20, s.names()
+        text = f"Turn {n}: where is parcel P-{n:04d}? {FILLER}"
+        for mode, chunk in s.graph.stream(
+            {"messages": [HumanMessage(content=text, id=f"h{n}")]},
+            s.config,
+            context=CTX,
+            stream_mode=["values", "custom"],
+        ):
+            steps.append((mode, chunk))
+            if mode == "custom":
+                s.events.append(chunk)
+    assert s.names().count("compaction.applied") == 1
+    applied = next(i for i, (mode, chunk) in enumerate(steps) if chunk == s.events[-1])
+    # The state the applying step read: the last full state streamed before the event.
+    read = next(chunk for mode, chunk in reversed(steps[:applied]) if mode == "values")
+    window = read["messages"]
+    answered = {m.tool_call_id for m in window if isinstance(m, ToolMessage)}
+    pending = [
+        call["id"]
+        for m in window
+        if isinstance(m, AIMessage)
+        for call in m.tool_calls
+        if call["id"] not in answered
+    ]
+    assert pending == [], f"applied while tool calls {pending} waited for their results"
+    assert any(isinstance(m, AIMessage) and m.tool_calls for m in window)
+    assert verify_thread(s.store, s.thread, s.state()["compaction"]).ok
 
 
 def test_an_unreadable_stored_result_is_discarded_and_a_good_one_still_applies() -> None:
