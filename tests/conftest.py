@@ -11,7 +11,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from ctxgraph.store.persistence.connection import Persistence, open_persistence
 from ctxgraph.store.persistence.embedded import embedded_uri
@@ -41,6 +44,19 @@ def database_uri() -> str:
     # Registered before the server starts, so it runs after the server's own stop at exit.
     atexit.register(shutil.rmtree, home, ignore_errors=True)
     return embedded_uri(home)
+
+
+@pytest.fixture
+def new_database(database_uri: str) -> Iterator[str]:
+    """A database of its own on the session server (no ctxgraph tables yet), dropped afterwards."""
+    name = f"ctxgraph_new_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(database_uri, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(database_uri, dbname=name)
+    finally:
+        with psycopg.connect(database_uri, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -24,27 +23,29 @@ from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence.archive import verify_thread
 from ctxgraph.store.persistence.connection import Persistence
-from tests.support.background_child import SETTINGS, turn_text
-from tests.support.cli import REPO_ROOT
+from tests.support.background_child import SETTINGS, turn_events, turn_text
+from tests.support.cli import start_python
 from tests.support.scripted import is_summary_request, prompt_text
 
 CTX = Context(user_id="background-user")
 
 
-def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    env.update(PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1", **extra)
-    return env
+def start_child(
+    env: dict[str, str], uri: str, thread: str, mode: str, log: Path, **extra: str
+) -> subprocess.Popen[str]:
+    """Start ``tests.support.background_child`` with ``extra`` added to ``env``.
 
-
-def start_child(uri: str, thread: str, mode: str, log: Path, **extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.background_child", uri, thread, mode, str(log)],
-        cwd=REPO_ROOT,
-        env=child_env(**extra),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    It never reads its standard input, so that pipe stays unused.
+    """
+    return start_python(
+        sys.executable,
+        {**env, **extra},
+        "-m",
+        "tests.support.background_child",
+        uri,
+        thread,
+        mode,
+        str(log),
     )
 
 
@@ -58,7 +59,7 @@ def summary_calls(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-class Models2:
+class SlowSession:
     """A slow scripted session: the main model and the summary model each sleep."""
 
     def __init__(self, main_delay: float, summary_delay: float) -> None:
@@ -95,7 +96,7 @@ def seed_thread(persistence: Persistence, thread: str, turns: int) -> None:
     graph = build_graph(
         checkpointer=persistence.checkpointer,
         store=persistence.store,
-        models=Models2(0, 0).models(),
+        models=SlowSession(0, 0).models(),
         settings=quiet,
     )
     for n in range(1, turns + 1):
@@ -111,7 +112,7 @@ def test_eight_concurrent_triggers_in_threads_make_one_summary_call(
 ) -> None:
     thread = f"bg-{uuid.uuid4().hex[:8]}"
     seed_thread(persistence, thread, 3)
-    session = Models2(0, 1.0)
+    session = SlowSession(0, 1.0)
     graphs = [
         build_graph(
             checkpointer=persistence.checkpointer,
@@ -126,12 +127,9 @@ def test_eight_concurrent_triggers_in_threads_make_one_summary_call(
 
     def trigger(index: int) -> None:
         barrier.wait()
-        for chunk in graphs[index].stream(
-            {"messages": [HumanMessage(content=f"Concurrent note {index}. {turn_text(9)}")]},
-            {"configurable": {"thread_id": thread}},
-            context=CTX,
-            stream_mode="custom",
-        ):
+        text = f"Concurrent note {index}. {turn_text(9)}"
+        config = {"configurable": {"thread_id": thread}}
+        for chunk in turn_events(graphs[index], config, text, CTX):
             events.append(chunk["event"])
 
     workers = [threading.Thread(target=trigger, args=(i,)) for i in range(8)]
@@ -147,7 +145,7 @@ def test_eight_concurrent_triggers_in_threads_make_one_summary_call(
 
 
 def test_eight_concurrent_triggers_in_processes_make_one_summary_call(
-    persistence: Persistence, database_uri: str, tmp_path: Path
+    persistence: Persistence, database_uri: str, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     thread = f"bg-{uuid.uuid4().hex[:8]}"
     seed_thread(persistence, thread, 3)
@@ -156,6 +154,7 @@ def test_eight_concurrent_triggers_in_processes_make_one_summary_call(
     go.mkdir()
     children = [
         start_child(
+            subprocess_env,
             database_uri,
             thread,
             "turn",
@@ -181,17 +180,18 @@ def test_eight_concurrent_triggers_in_processes_make_one_summary_call(
 
 
 def test_a_result_stored_before_the_process_died_is_applied_after_restart(
-    persistence: Persistence, database_uri: str, tmp_path: Path
+    persistence: Persistence, database_uri: str, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     thread = f"bg-{uuid.uuid4().hex[:8]}"
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
-    first = finished(start_child(database_uri, thread, "until-ready", first_log))
+    first = finished(start_child(subprocess_env, database_uri, thread, "until-ready", first_log))
     assert first["events"][-1] == "compaction.started" and first["version"] is None
     assert summary_calls(first_log) == 1
     stored = JobResults(persistence.store, thread).results()
     assert len(stored) == 1 and stored[0][1] is not None
     second = finished(
         start_child(
+            subprocess_env,
             database_uri,
             thread,
             "refuse",
@@ -205,7 +205,7 @@ def test_a_result_stored_before_the_process_died_is_applied_after_restart(
     graph = build_graph(
         checkpointer=persistence.checkpointer,
         store=persistence.store,
-        models=Models2(0, 0).models(),
+        models=SlowSession(0, 0).models(),
         settings=SETTINGS,
     )
     mark = graph.get_state({"configurable": {"thread_id": thread}}).values["compaction"]
@@ -216,7 +216,7 @@ def test_no_turn_of_a_30_turn_background_session_waits_for_a_summary(
     persistence: Persistence,
 ) -> None:
     thread = f"bg-{uuid.uuid4().hex[:8]}"
-    session = Models2(0.5, 2.0)
+    session = SlowSession(0.5, 2.0)
     settings = Settings(
         trigger_messages=24,
         keep_messages=2,
@@ -236,12 +236,7 @@ def test_no_turn_of_a_30_turn_background_session_waits_for_a_summary(
     events: list[str] = []
     for n in range(1, 31):
         started = time.perf_counter()
-        for chunk in graph.stream(
-            {"messages": [HumanMessage(content=turn_text(n))]},
-            config,
-            context=CTX,
-            stream_mode="custom",
-        ):
+        for chunk in turn_events(graph, config, turn_text(n), CTX):
             events.append(chunk["event"])
         times.append(time.perf_counter() - started)
     assert wait_for_jobs(30) == 0
@@ -261,7 +256,7 @@ async def test_the_async_path_on_async_postgres(database_uri: str) -> None:
     from ctxgraph.store.persistence import open_async_persistence
 
     thread = f"bg-{uuid.uuid4().hex[:8]}"
-    session = Models2(0, 0.3)
+    session = SlowSession(0, 0.3)
     async with open_async_persistence(database_uri) as db:
         graph = build_graph(
             checkpointer=db.checkpointer,

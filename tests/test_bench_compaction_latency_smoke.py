@@ -9,6 +9,7 @@ import pytest
 
 from bench import compaction_bench
 from bench.compaction_latency import MODES, user_message
+from tests.support.report_table import number, table_rows
 
 EXPECTED_ROWS = (
     "Turns",
@@ -24,10 +25,6 @@ EXPECTED_ROWS = (
     "Compacting turns, latency p50, ms",
     "Compacting turns, latency max, ms",
 )
-
-
-def _number(cell: str) -> int:
-    return int(cell.strip().replace(",", ""))
 
 
 def test_user_messages_are_deterministic_and_sized() -> None:
@@ -70,27 +67,23 @@ def test_quick_latency_bench_prints_the_report(
     assert "## Background compaction: turn latency" in out
     assert "Machine: " in out
     assert "| Metric | inline | background | no compaction |" in out
-    rows = {
-        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
-        for line in out.splitlines()
-        if line.startswith("| ")
-    }
+    rows = table_rows(out)
     for row in EXPECTED_ROWS:
         assert row in rows, row
         assert len(rows[row]) == len(MODES)
-    assert [_number(c) for c in rows["Turns"]] == [20, 20, 20]
-    compactions = dict(zip(MODES, (_number(c) for c in rows["Compactions committed"]), strict=True))
-    calls = dict(zip(MODES, (_number(c) for c in rows["Summary-model calls"]), strict=True))
+    assert [number(c) for c in rows["Turns"]] == [20, 20, 20]
+    compactions = dict(zip(MODES, (number(c) for c in rows["Compactions committed"]), strict=True))
+    calls = dict(zip(MODES, (number(c) for c in rows["Summary-model calls"]), strict=True))
     assert compactions["background"] >= 1
     assert compactions["no compaction"] == 0 and calls["no compaction"] == 0
     assert calls["inline"] == compactions["inline"]
     # Every background compaction came from a job, and each job made one summary call: a
     # job started near the end, whose result no trigger needed yet, is the only extra call.
-    assert _number(rows["… applied from a background job"][1]) == compactions["background"]
-    assert _number(rows["… compacted inline"][1]) == 0
-    pending = _number(rows["… not applied by the last turn"][1])
+    assert number(rows["… applied from a background job"][1]) == compactions["background"]
+    assert number(rows["… compacted inline"][1]) == 0
+    pending = number(rows["… not applied by the last turn"][1])
     assert calls["background"] == compactions["background"] + pending
-    assert calls["background"] == _number(rows["Background jobs started"][1])
+    assert calls["background"] == number(rows["Background jobs started"][1])
     assert "- background p95 / no-compaction p95: " in out
     assert "- inline p95 / no-compaction p95: " in out
     assert "- background max / inline max: " in out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bench.subagent_bench import search_result
 from ctxgraph.state.tokens import count_text
+from tests.support.report_table import number, table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,10 +33,6 @@ EXPECTED_ROWS = (
 )
 
 
-def _number(cell: str) -> int:
-    return int(cell.strip().replace(",", ""))
-
-
 def test_search_results_are_deterministic_and_sized() -> None:
     first = search_result("raft leader election: benchmarks", 800)
     assert first == search_result("raft leader election: benchmarks", 800)
@@ -56,20 +53,16 @@ def test_quick_bench_prints_the_table() -> None:
     out = done.stdout
     assert "## Subagent benchmark" in out
     assert "| Metric | without delegation | with delegation | with / without |" in out
-    rows = {
-        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
-        for line in out.splitlines()
-        if line.startswith("| ")
-    }
+    rows = table_rows(out)
     for row in EXPECTED_ROWS:
         assert row in rows, row
     # 4 questions of 3 searches: the parent answers each question itself (4 calls each)
     # or delegates it (2 calls each); the subagents make the searches.
-    assert [_number(c) for c in rows["Parent model calls"][:2]] == [16, 8]
-    assert [_number(c) for c in rows["Searches run"][:2]] == [12, 12]
-    assert _number(rows["Subagent model calls"][1]) == 16
+    assert [number(c) for c in rows["Parent model calls"][:2]] == [16, 8]
+    assert [number(c) for c in rows["Searches run"][:2]] == [12, 12]
+    assert number(rows["Subagent model calls"][1]) == 16
     assert rows["Subagent tasks completed"][1] == "4 of 4"
-    without, with_ = (_number(c) for c in rows["Parent largest request, tokens"][:2])
+    without, with_ = (number(c) for c in rows["Parent largest request, tokens"][:2])
     assert 0 < with_ < without
     assert re.fullmatch(r"\d+\.\d\d", rows["Parent input tokens, total"][2])
     assert re.search(r"^With delegation, the parent's largest request is \d+\.\d\dx", out, re.M)

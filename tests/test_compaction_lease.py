@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 import time
 import uuid
@@ -15,8 +14,6 @@ import psycopg
 import pytest
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres import PostgresStore
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from ctxgraph.store.persistence.compaction_lease import (
@@ -28,7 +25,7 @@ from ctxgraph.store.persistence.compaction_lease import (
     new_holder,
 )
 from ctxgraph.store.persistence.connection import Persistence, open_async_persistence
-from tests.support.cli import REPO_ROOT
+from tests.support.cli import start_python
 
 KINDS = ["local", "postgres"]
 
@@ -163,34 +160,13 @@ def test_eight_threads_race_and_one_wins(racing_leases: CompactionLeases, thread
     assert (state.holder, state.token) == (won[0].holder, 1)
 
 
-@pytest.fixture
-def new_database(database_uri: str) -> Iterator[str]:
-    """A database of its own (no lease table yet), dropped afterwards."""
-    name = f"ctxgraph_leases_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(database_uri, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(database_uri, dbname=name)
-    finally:
-        with psycopg.connect(database_uri, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
 def test_eight_processes_race_on_a_new_database_and_one_wins(
     new_database: str, python: str, subprocess_env: dict[str, str]
 ) -> None:
     env = {**subprocess_env, "DATABASE_URI": new_database}
     thread = f"t-{uuid.uuid4().hex[:12]}"
     children = [
-        subprocess.Popen(
-            [python, "-m", "tests.support.lease_acquirer", thread, "30"],
-            env=env,
-            cwd=REPO_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        start_python(python, env, "-m", "tests.support.lease_acquirer", thread, "30")
         for _ in range(8)
     ]
     try:

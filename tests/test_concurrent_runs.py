@@ -18,13 +18,10 @@ import textwrap
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from ctxgraph.graph.cli.main import main
 from ctxgraph.store.persistence import open_persistence, thread_lock
@@ -195,19 +192,6 @@ def test_racers_on_a_fresh_data_folder_all_succeed(
     assert Counter(USER_LINE.findall(shown.stdout)) == Counter(map(question, numbers))
 
 
-@pytest.fixture
-def new_database(database_uri: str) -> Iterator[str]:
-    """A database of its own on the session server, dropped afterwards."""
-    name = f"ctxgraph_setup_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(database_uri, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(database_uri, dbname=name)
-    finally:
-        with psycopg.connect(database_uri, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
 SETUP_CHILD = textwrap.dedent(
     """
     import asyncio
@@ -240,7 +224,7 @@ def test_processes_set_up_a_new_database_together(
     python: str, subprocess_env: dict[str, str], new_database: str
 ) -> None:
     env = {k: v for k, v in subprocess_env.items() if k != "DATABASE_URI"}
-    assert conninfo_to_dict(new_database)["dbname"].startswith("ctxgraph_setup_")
+    assert conninfo_to_dict(new_database)["dbname"].startswith("ctxgraph_new_")
     start = str(time.time() + 3)
     modes = ("sync", "async", "sync", "async")
     finished = race(

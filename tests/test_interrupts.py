@@ -7,7 +7,6 @@ show``, a resumed ``chat`` and the next turn's model request all see the same me
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from ctxgraph.graph.cli.chat import INTERRUPTED_NOTE
 from ctxgraph.graph.cli.exit_status import SIGINT_EXIT, SIGTERM_EXIT
-from tests.support.cli import REPO_ROOT, run_ctxgraph
+from tests.support.cli import run_ctxgraph, start_python
 from tests.support.embedded import postgres_pids, wait_until_gone
 from tests.support.slow_server import SlowReply, SlowServer
 
@@ -58,15 +57,7 @@ class Child:
     """A ``ctxgraph`` child process whose standard output is collected as it arrives."""
 
     def __init__(self, python: str, env: dict[str, str], *args: str) -> None:
-        self.process = subprocess.Popen(
-            [python, "-m", "ctxgraph.graph.cli", *args],
-            env=env,
-            cwd=REPO_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.process = start_python(python, env, "-m", "ctxgraph.graph.cli", *args)
         self.output = ""
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)

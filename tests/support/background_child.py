@@ -26,7 +26,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from ctxgraph.graph import build_graph
+from ctxgraph.graph import Graph, build_graph
 from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
@@ -51,6 +51,18 @@ CONTEXT = Context(user_id="background-user")
 def turn_text(n: int) -> str:
     """The user's message of turn ``n``."""
     return f"Note {n}: parcel P-{n:04d} leaves dock {n % 5}. {FILLER}"
+
+
+def turn_events(graph: Graph, config: Any, text: str, context: Context) -> list[dict[str, Any]]:
+    """Run one turn with the user message ``text``; the custom stream chunks it emitted."""
+    return list(
+        graph.stream(
+            {"messages": [HumanMessage(content=text)]},
+            config,
+            context=context,
+            stream_mode="custom",
+        )
+    )
 
 
 def _wait_for_go(folder: Path) -> None:
@@ -99,12 +111,7 @@ def main() -> int:
         config: Any = {"configurable": {"thread_id": thread}}
 
         def turn(text: str) -> None:
-            for chunk in graph.stream(
-                {"messages": [HumanMessage(content=text)]},
-                config,
-                context=CONTEXT,
-                stream_mode="custom",
-            ):
+            for chunk in turn_events(graph, config, text, CONTEXT):
                 events.append(str(chunk["event"]))
                 if chunk.get("reason"):
                     reasons.append(str(chunk["reason"]))

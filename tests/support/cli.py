@@ -36,3 +36,16 @@ def run_python(
         timeout=180,
         check=False,
     )
+
+
+def start_python(python: str, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """Start ``python ARGS`` from the repository root, its standard streams all pipes."""
+    return subprocess.Popen(
+        [python, *args],
+        env=env,
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.cli import REPO_ROOT
+from tests.support.cli import start_python
 
 HOLDER = (
     "import sys; from pathlib import Path; "
@@ -19,15 +19,7 @@ HOLDER = (
 
 def start_holder(python: str, env: dict[str, str], home: Path) -> subprocess.Popen[str]:
     """Start a process that holds the embedded server of ``home``; wait until it has joined."""
-    holder = subprocess.Popen(
-        [python, "-c", HOLDER, str(home)],
-        env=env,
-        cwd=REPO_ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_python(python, env, "-c", HOLDER, str(home))
     assert holder.stdout is not None
     line = holder.stdout.readline()
     assert line.startswith("postgresql://"), holder.communicate(timeout=30)
