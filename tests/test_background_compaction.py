@@ -72,16 +72,19 @@ class Session:
     def config(self) -> dict[str, Any]:
         return {"configurable": {"thread_id": self.thread}}
 
-    def turn(self, n: int) -> None:
-        text = f"Turn {n}: remember that parcel P-{n:04d} goes to dock {n % 7}. {FILLER}"
-        for mode, chunk in self.graph.stream(
-            {"messages": [HumanMessage(content=text, id=f"h{n}")]},
-            self.config,
-            context=CTX,
-            stream_mode=["custom", "values"],
-        ):
-            if mode == "custom":
-                self.events.append(chunk)
+    def turn(self, n: int, text: str | None = None) -> list[tuple[str, Any]]:
+        """Run turn ``n``; what it streamed, as (mode, chunk), custom and values."""
+        text = text or f"Turn {n}: remember that parcel P-{n:04d} goes to dock {n % 7}. {FILLER}"
+        streamed = list(
+            self.graph.stream(
+                {"messages": [HumanMessage(content=text, id=f"h{n}")]},
+                self.config,
+                context=CTX,
+                stream_mode=["custom", "values"],
+            )
+        )
+        self.events.extend(chunk for mode, chunk in streamed if mode == "custom")
+        return streamed
 
     def state(self) -> dict[str, Any]:
         return dict(self.graph.get_state(self.config).values)
@@ -235,16 +238,7 @@ def test_a_result_is_applied_only_in_a_step_with_no_tool_call_pending() -> None:
     while "compaction.applied" not in s.names():
         n += 1
         assert n < 20, s.names()
-        text = f"Turn {n}: where is parcel P-{n:04d}? {FILLER}"
-        for mode, chunk in s.graph.stream(
-            {"messages": [HumanMessage(content=text, id=f"h{n}")]},
-            s.config,
-            context=CTX,
-            stream_mode=["values", "custom"],
-        ):
-            steps.append((mode, chunk))
-            if mode == "custom":
-                s.events.append(chunk)
+        steps.extend(s.turn(n, f"Turn {n}: where is parcel P-{n:04d}? {FILLER}"))
     assert s.names().count("compaction.applied") == 1
     applied = next(i for i, (mode, chunk) in enumerate(steps) if chunk == s.events[-1])
     # The state the applying step read: the last full state streamed before the event.
