@@ -39,20 +39,39 @@ def embedded_uri(home: Path) -> str:
     Several processes may share one data folder: the first starts the server, later ones
     connect to it, and the last live one to exit stops it (see ``embedded_server``). A
     server that died, or a stale ``postmaster.pid``, is replaced by a new start.
-    """
-    pgdata = home / "pgdata"
-    server = _servers.get(pgdata)
-    if server is None:
-        from ctxgraph.store.persistence.embedded_server import EmbeddedServer
 
-        server = EmbeddedServer(home)
+    Args:
+        home: the data folder (``CTXGRAPH_HOME``).
+
+    Returns:
+        The ``postgresql://`` URI of the server.
+
+    Raises:
+        EmbeddedPostgresError: the server could not be started; the message names the
+            cause and what to do (and that ``DATABASE_URI`` avoids the embedded server).
+
+    """
+    from ctxgraph.store.persistence.embedded_server import EmbeddedServer, ServerError
+
+    pgdata = home / "pgdata"
+    server = _servers.get(pgdata) or EmbeddedServer(home)
     try:
         uri = server.join()
-    except Exception as error:  # OSError, ServerError, psutil errors: all mean "could not start"
+    except ServerError as error:
+        remedy = f"{error.remedy}, or {DATABASE_HELP}" if error.remedy else DATABASE_HELP
+        raise EmbeddedPostgresError(
+            f"could not start the embedded Postgres in {pgdata}: {error}; {remedy}"
+        ) from error
+    except OSError as error:  # the data folder could not be created or written
         raise EmbeddedPostgresError(
             f"could not start the embedded Postgres in {pgdata}: "
-            f"{type(error).__name__}: {error}; {DATABASE_HELP}, "
-            "or CTXGRAPH_HOME to a writable folder"
+            f"{type(error).__name__}: {error}; set CTXGRAPH_HOME to a writable folder, "
+            f"or {DATABASE_HELP}"
+        ) from error
+    except Exception as error:  # anything else also means "could not start"
+        raise EmbeddedPostgresError(
+            f"could not start the embedded Postgres in {pgdata}: "
+            f"{type(error).__name__}: {error}; {DATABASE_HELP}"
         ) from error
     if pgdata not in _servers:
         _servers[pgdata] = server

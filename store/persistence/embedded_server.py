@@ -2,7 +2,7 @@
 
 Files under ``CTXGRAPH_HOME`` (nothing outside it is created or has its mode changed,
 except a socket folder in the temp folder when the data folder's path is too long for a
-Unix socket):
+Unix socket, and, as root, the copy of the programs described in ``program_cache``):
 
 * ``pgdata/`` (mode 700): the database cluster. As root it belongs to the ``pgserver``
   user, because Postgres refuses to run as root.
@@ -12,8 +12,12 @@ Unix socket):
   last live process always stops the server.
 
 As root, Postgres runs as ``pgserver`` but starts inside the data folder and names it
-``/proc/self/cwd``, so it never has to traverse the folders above it: their modes stay
-as they are, even when they are closed to other users (a home folder with mode 700).
+``/proc/self/cwd`` (for the cluster, its log and its socket), so it never has to traverse
+the folders above it: their modes stay as they are, even when they are closed to other
+users (a home folder with mode 700). Its programs must be reachable by path, though: when
+they are installed below such a folder, a root-owned copy is made (``program_cache``).
+Whether the programs are reachable is checked only when the server has to be created or
+started; joining a running server reads ``postmaster.pid`` and nothing else.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -49,7 +53,12 @@ _HERE = "/proc/self/cwd"
 
 
 class ServerError(RuntimeError):
-    """The embedded server could not be prepared or started."""
+    """The embedded server could not be prepared or started; ``remedy`` says what to do."""
+
+    def __init__(self, message: str, *, remedy: str = "") -> None:
+        """``message`` names the cause; ``remedy`` the one fix inside ctxgraph, if any."""
+        super().__init__(message)
+        self.remedy = remedy
 
 
 @dataclass(frozen=True)
@@ -58,12 +67,30 @@ class _Account:
     gid: int
 
 
-def bin_dir() -> Path:
-    """The folder of the Postgres programs shipped with the ``pgserver`` package."""
+def package_install() -> Path:
+    """The Postgres installation (``bin``, ``lib``, ``share``) of the ``pgserver`` package."""
     spec = importlib.util.find_spec("pgserver")
     if spec is None or not spec.submodule_search_locations:
-        raise ServerError("the pgserver package is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+        raise ServerError(
+            "the pgserver package is not installed",
+            remedy="reinstall ctxgraph with its dependencies",
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+def _closed_folder(folder: Path, account: _Account, groups: set[int]) -> Path | None:
+    """The first folder on the way to ``folder`` that ``account`` cannot traverse, or None."""
+    for part in reversed([folder, *folder.parents]):
+        mode = part.stat()
+        if mode.st_uid == account.uid:
+            ok = bool(mode.st_mode & 0o100)
+        elif mode.st_gid in groups:
+            ok = bool(mode.st_mode & 0o010)
+        else:
+            ok = bool(mode.st_mode & 0o001)
+        if not ok:
+            return part
+    return None
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -101,22 +128,51 @@ def _started(pid: int) -> int:
 class EmbeddedServer:
     """The Postgres server whose cluster lives in ``home / "pgdata"``."""
 
-    def __init__(self, home: Path) -> None:
-        """Describe the server of ``home``; nothing is started yet."""
+    def __init__(
+        self,
+        home: Path,
+        *,
+        install: Path | None = None,
+        cache_roots: Sequence[Path] | None = None,
+    ) -> None:
+        """Describe the server of ``home``; nothing is started yet.
+
+        Args:
+            home: the data folder (``CTXGRAPH_HOME``).
+            install: the Postgres installation to run; None for the ``pgserver`` package's.
+            cache_roots: where, as root, a copy of an unreachable ``install`` may go;
+                None for ``program_cache.default_roots()``.
+
+        """
         self.home = home
         self.pgdata = home / "pgdata"
         self.lock_path = home / "pgdata.lock"
         self.clients_path = home / "pgdata.clients"
+        self._install = install
+        self._cache_roots = cache_roots
         self._joined = False
 
     def join(self) -> str:
-        """Start the server unless it runs, count this process as a client; return the URI."""
+        """Start the server unless it runs, count this process as a client; return the URI.
+
+        Returns:
+            The ``postgresql://`` URI of the server (over its Unix socket).
+
+        Raises:
+            ServerError: the server could not be created or started (``remedy`` says
+                what to do).
+            OSError: the data folder could not be created or written.
+
+        """
         with self._locked():
             account = self._account()
             self._prepare_folder(account)
-            if not (self.pgdata / "PG_VERSION").exists():
-                self._initdb(account)
-            uri = self._running_uri() or self._start(account)
+            uri = self._running_uri()
+            if uri is None:
+                bin_dir = self._programs(account)
+                if not (self.pgdata / "PG_VERSION").exists():
+                    self._initdb(account, bin_dir)
+                uri = self._start(account, bin_dir)
             self._write_clients([*self._live_clients(), (os.getpid(), _started(os.getpid()))])
         self._joined = True
         return uri
@@ -174,52 +230,87 @@ class EmbeddedServer:
         if os.geteuid() != 0:
             return None
         if not sys.platform.startswith("linux"):
-            raise ServerError("as root, the embedded Postgres runs only on Linux")
-        import grp
+            raise ServerError(
+                "as root, the embedded Postgres runs only on Linux",
+                remedy="run ctxgraph as a regular user",
+            )
         import pwd
 
         try:
             entry = pwd.getpwnam(SERVICE_USER)
         except KeyError:
-            subprocess.run(
-                ["useradd", "--system", "--no-create-home", "--shell", "/bin/false", SERVICE_USER],
-                check=True,
-                capture_output=True,
-            )
-            entry = pwd.getpwnam(SERVICE_USER)
-        account = _Account(entry.pw_uid, entry.pw_gid)
-        members = {g.gr_gid for g in grp.getgrall() if SERVICE_USER in g.gr_mem}
-        self._check_reachable(bin_dir(), account, members | {account.gid})
-        return account
-
-    @staticmethod
-    def _check_reachable(folder: Path, account: _Account, groups: set[int]) -> None:
-        """Fail unless ``account`` can traverse to ``folder`` (nothing is chmod-ed)."""
-        for part in [folder, *folder.parents]:
-            mode = part.stat()
-            if mode.st_uid == account.uid:
-                ok = bool(mode.st_mode & 0o100)
-            elif mode.st_gid in groups:
-                ok = bool(mode.st_mode & 0o010)
-            else:
-                ok = bool(mode.st_mode & 0o001)
-            if not ok:
+            command = ["useradd", "--system", "--no-create-home", "--shell", "/bin/false"]
+            try:
+                subprocess.run([*command, SERVICE_USER], check=True, capture_output=True)
+                entry = pwd.getpwnam(SERVICE_USER)
+            except (OSError, subprocess.CalledProcessError, KeyError) as error:
+                output = getattr(error, "stderr", b"") or b""
+                detail = output.decode(errors="replace").strip() or str(error)
                 raise ServerError(
-                    f"as root, Postgres runs as the user {SERVICE_USER!r}, which cannot reach "
-                    f"its programs in {folder} ({part} is closed to it); install ctxgraph "
-                    "where other users can read it"
-                )
+                    f"as root, Postgres runs as the user {SERVICE_USER!r}, which does not exist "
+                    f"and could not be created: {detail}",
+                    remedy=f"create it (useradd --system {SERVICE_USER}), or run ctxgraph as "
+                    "a regular user",
+                ) from error
+        return _Account(entry.pw_uid, entry.pw_gid)
+
+    def _programs(self, account: _Account | None) -> Path:
+        """The ``bin`` folder to run Postgres from: as root, one ``account`` can reach.
+
+        Args:
+            account: the account Postgres runs as (None: this process's own user).
+
+        Returns:
+            The installation's own ``bin``, or, when ``account`` cannot reach it, the
+            ``bin`` of a verified root-owned copy (see ``program_cache``).
+
+        Raises:
+            ServerError: no copy could be made; the message says why for each cache folder.
+
+        """
+        install = self._install or package_install()
+        if account is None:
+            return install / "bin"
+        import grp
+
+        members = {g.gr_gid for g in grp.getgrall() if SERVICE_USER in g.gr_mem}
+        groups = members | {account.gid}
+        blocked = _closed_folder(install / "bin", account, groups)
+        if blocked is None:
+            return install / "bin"
+        from ctxgraph.store.persistence import program_cache  # only to start a server
+
+        roots = self._cache_roots or program_cache.default_roots()
+        try:
+            copy = program_cache.cached_install(
+                install, roots, lambda folder: _closed_folder(folder, account, groups)
+            )
+        except (OSError, program_cache.CacheError) as error:
+            raise ServerError(
+                f"as root, Postgres runs as the user {SERVICE_USER!r}, which cannot reach its "
+                f"programs in {install / 'bin'} ({blocked} is closed to it), and no copy it "
+                f"can reach could be made: {error}",
+                remedy=f"make {roots[0]} a folder root can create, owned by root and "
+                "writable by no one else",
+            ) from error
+        return copy / "bin"
 
     def _prepare_folder(self, account: _Account | None) -> None:
         if not self.pgdata.exists():
             self.pgdata.mkdir(mode=0o700)
         if account is not None and self.pgdata.stat().st_uid != account.uid:
             if any(self.pgdata.iterdir()):
-                raise ServerError(f"{self.pgdata} belongs to another user")
+                raise ServerError(
+                    f"{self.pgdata} belongs to uid {self.pgdata.stat().st_uid}, not to the "
+                    f"user {SERVICE_USER!r} who runs Postgres as root",
+                    remedy=f"remove {self.pgdata}, or set CTXGRAPH_HOME to another folder",
+                )
             os.chown(self.pgdata, account.uid, account.gid)
         self.pgdata.chmod(0o700)
 
-    def _run(self, args: list[str], account: _Account | None, timeout: float) -> None:
+    def _run(
+        self, args: list[str], account: _Account | None, timeout: float, remedy: str = ""
+    ) -> None:
         """Run a Postgres program in the data folder (as ``account``); raise with its output."""
         with tempfile.TemporaryFile("w+") as output:
             try:
@@ -235,19 +326,23 @@ class EmbeddedServer:
                     group=None if account is None else account.gid,
                     extra_groups=None if account is None else [],
                 )
+            except OSError as error:
+                raise ServerError(f"cannot run {args[0]}: {error}") from error
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
                 output.seek(0)
                 lines = [line for line in output.read().splitlines() if line.strip()]
                 detail = lines[-1] if lines else str(error)
-                raise ServerError(f"{Path(args[0]).name} failed: {detail}") from error
+                raise ServerError(
+                    f"{Path(args[0]).name} failed: {detail}", remedy=remedy
+                ) from error
 
     def _data_arg(self, account: _Account | None) -> str:
         return str(self.pgdata) if account is None else _HERE
 
-    def _initdb(self, account: _Account | None) -> None:
+    def _initdb(self, account: _Account | None, bin_dir: Path) -> None:
         self._run(
             [
-                str(bin_dir() / "initdb"),
+                str(bin_dir / "initdb"),
                 "-D",
                 self._data_arg(account),
                 "--auth=trust",
@@ -292,7 +387,7 @@ class EmbeddedServer:
         port = lines[3].strip() or "5432"
         return f"postgresql://postgres@/postgres?host={quote(host, safe='/')}&port={port}"
 
-    def _start(self, account: _Account | None) -> str:
+    def _start(self, account: _Account | None, bin_dir: Path) -> str:
         folder, told = self._socket_dir(account)
         with contextlib.suppress(FileNotFoundError):
             (folder / f"{_SOCKET_NAME}.lock").unlink()
@@ -302,7 +397,7 @@ class EmbeddedServer:
             try:
                 self._run(
                     [
-                        str(bin_dir() / "pg_ctl"),
+                        str(bin_dir / "pg_ctl"),
                         "-D",
                         self._data_arg(account),
                         "-w",
@@ -316,6 +411,7 @@ class EmbeddedServer:
                     ],
                     account,
                     timeout=START_WAIT + 5,
+                    remedy=f"see the server log {self.pgdata / 'log'}",
                 )
             except ServerError:
                 # Backends of a killed server may hold its shared memory for a moment.
@@ -327,7 +423,10 @@ class EmbeddedServer:
             if uri is not None:
                 return uri
             if time.monotonic() > deadline:
-                raise ServerError(f"the server in {self.pgdata} did not become ready")
+                raise ServerError(
+                    f"the server in {self.pgdata} did not become ready in {START_WAIT:g} s",
+                    remedy=f"see the server log {self.pgdata / 'log'}",
+                )
             time.sleep(0.2)
 
     def _live_clients(self) -> list[tuple[int, int]]:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
 
+from ctxgraph.store.persistence import program_cache
+from ctxgraph.store.persistence.embedded_server import package_install
 from tests.support.cli import start_python
 
 HOLDER = (
@@ -56,3 +60,29 @@ def wait_until_gone(pgdata: Path, timeout: float = 15.0) -> list[int]:
     while (left := postgres_pids(pgdata)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+def copy_install(site: Path) -> Path:
+    """Copy the ``pgserver`` programs (and bundled libraries) into ``site``; return pginstall.
+
+    The copy keeps the package's layout (``site/pgserver/pginstall`` beside
+    ``site/pgserver.libs``), as a virtual environment's ``site-packages`` has it.
+    """
+    source = package_install()
+    target = site / source.parent.name / source.name
+    for part in program_cache.PARTS:
+        shutil.copytree(source / part, target / part, symlinks=True)
+    libs = source.parent.parent / f"{source.parent.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, site / libs.name, symlinks=True)
+    return target
+
+
+def folder_modes(top: Path, *skip: Path) -> dict[Path, int]:
+    """The mode of every folder from ``/`` down to and below ``top``, except below ``skip``."""
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in [top, *top.parents]}
+    for folder, dirs, _ in os.walk(top):
+        dirs[:] = [d for d in dirs if Path(folder, d) not in skip]
+        for name in dirs:
+            modes[Path(folder, name)] = stat.S_IMODE(Path(folder, name).stat().st_mode)
+    return modes
