@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from langchain_core.messages import (
     AIMessage,
@@ -85,11 +85,15 @@ def _evaluate(node: ast.AST) -> float:
     raise ValueError(f"only + - * / on numbers are supported, got {ast.dump(node)}")
 
 
+def _calculate(expression: str) -> str:
+    value = _evaluate(ast.parse(expression, mode="eval"))
+    return str(int(value)) if value.is_integer() else f"{value:g}"
+
+
 @tool
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression with + - * / and return the result."""
-    value = _evaluate(ast.parse(expression, mode="eval"))
-    return str(int(value)) if value.is_integer() else f"{value:g}"
+    return _calculate(expression)
 
 
 def _block(text: str, tag: str) -> str:
@@ -188,13 +192,31 @@ def _note(said: str) -> str:
     return f"Noted: {_short(first, NOTE_CHARS)}"
 
 
-def demo_chat_reply(messages: list[BaseMessage]) -> AIMessage:
+def _can_call(name: str, tools: Collection[str] | None) -> bool:
+    """Whether the tool ``name`` is bound (``tools`` None: the caller did not say, so yes)."""
+    return tools is None or name in tools
+
+
+def _worked_out(expression: str) -> str:
+    """The text answer to arithmetic when no calculator is bound."""
+    try:
+        value = _calculate(expression)
+    except (SyntaxError, ValueError, ZeroDivisionError):
+        return f"I cannot work out {expression}: no calculator tool is bound."
+    return f"{expression} = {value} (no calculator tool is bound, so I worked it out myself)."
+
+
+def demo_chat_reply(messages: list[BaseMessage], tools: Collection[str] | None = None) -> AIMessage:
     """Answer deterministically: arithmetic goes through the calculator, recall reads history.
 
     With skills listed, a message naming one (``Use the packing-list skill``) loads it
     with ``load_skill``; a ``/name`` activation is acknowledged in the final answer, and a
     recall answer names the thread's active skills. ``Ask the researcher to ...`` hands
     the rest to the ``researcher`` subagent with ``task``.
+
+    ``tools`` are the names of the tools bound for the call (None: any of these). A tool
+    that is not bound is never called: arithmetic is answered in text, and a delegation
+    or a named skill is treated as an ordinary message.
     """
     last = messages[-1]
     if isinstance(last, ToolMessage):
@@ -204,6 +226,8 @@ def demo_chat_reply(messages: list[BaseMessage]) -> AIMessage:
     # Unique per user message (its id is a fresh UUID), stable when replayed.
     call_id = f"call_{((users[-1].id if users else None) or str(len(messages)))[:8]}"
     expression = _ARITHMETIC.search(said)
+    if expression and not _can_call(calculator.name, tools):
+        return AIMessage(content=_worked_out(expression.group(1)))
     if expression:
         return AIMessage(
             content="",
@@ -212,11 +236,11 @@ def demo_chat_reply(messages: list[BaseMessage]) -> AIMessage:
             ],
         )
     delegated = _DELEGATE.match(said.strip())
-    if delegated:
+    if delegated and _can_call("task", tools):
         args = {"description": delegated["task"], "subagent_type": delegated["kind"].lower()}
         return AIMessage(content="", tool_calls=[{"name": "task", "args": args, "id": call_id}])
     named = _named_skill(said, _listed_skills(messages), _slash_skill(messages))
-    if named is not None:
+    if named is not None and _can_call("load_skill", tools):
         return AIMessage(
             content="", tool_calls=[{"name": "load_skill", "args": {"name": named}, "id": call_id}]
         )
@@ -349,9 +373,13 @@ def demo_tools() -> tuple[BaseTool, ...]:
 
 
 def demo_models() -> Models:
-    """The demo model in every role: the chat, summary and memory roles each reply by rule."""
+    """The demo model in every role: the chat, summary and memory roles each reply by rule.
+
+    The main model calls only the tools bound to it (``bind_tools``): with a tool list
+    that lacks ``calculator``, arithmetic is answered in text.
+    """
     return Models(
-        main=ScriptedChatModel(responder=demo_chat_reply),
+        main=ScriptedChatModel(tool_responder=demo_chat_reply),
         summary=ScriptedChatModel(responder=lambda messages: demo_summary(_prompt(messages))),
         memory=ScriptedChatModel(responder=lambda messages: demo_memory(_prompt(messages))),
     )

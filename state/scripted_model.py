@@ -23,13 +23,31 @@ ScriptItem = AIMessage | str | BaseException
 Responder = Callable[[list[BaseMessage]], AIMessage]
 """Computes a reply from the request when the script has run out."""
 
+ToolResponder = Callable[[list[BaseMessage], frozenset[str]], AIMessage]
+"""Computes a reply from the request and the names of the tools bound for it."""
+
 
 class ScriptExhaustedError(RuntimeError):
     """The scripted model was called more often than its script allows."""
 
 
+def bound_tool_names(tools: Sequence[dict[str, Any]]) -> frozenset[str]:
+    """The names of bound tool schemas (OpenAI ``{"function": {"name": ...}}`` or ``{"name"}``)."""
+    names: set[str] = set()
+    for schema in tools:
+        function = schema.get("function")
+        name = function.get("name") if isinstance(function, dict) else schema.get("name")
+        if isinstance(name, str):
+            names.add(name)
+    return frozenset(names)
+
+
 class ScriptedChatModel(BaseChatModel):
     """Replays ``script`` in order, then asks ``responder``; records every request.
+
+    Instead of ``responder``, a ``tool_responder`` also gets the names of the tools bound
+    for the call (``bind_tools``), so it can call only tools the caller gave it. Script
+    items are played as written, whatever is bound.
 
     ``requests`` holds the exact messages of each call and ``tool_requests`` the tool
     schemas bound for it, so tests can assert what the model received.
@@ -40,6 +58,7 @@ class ScriptedChatModel(BaseChatModel):
     # Typed loosely for pydantic (AIMessage's validator rejects plain strings); checked below.
     script: list[Any] = Field(default_factory=list)
     responder: Responder | None = None
+    tool_responder: ToolResponder | None = None
     model_name: str = "scripted"
     requests: list[list[BaseMessage]] = Field(default_factory=list)
     tool_requests: list[list[dict[str, Any]]] = Field(default_factory=list)
@@ -47,7 +66,12 @@ class ScriptedChatModel(BaseChatModel):
     _position: int = PrivateAttr(default=0)
 
     def model_post_init(self, context: Any, /) -> None:
-        """Reject script items that are not replies, text or exceptions."""
+        """Reject script items that are not replies, text or exceptions, and two responders."""
+        if self.responder is not None and self.tool_responder is not None:
+            raise TypeError(
+                "ScriptedChatModel takes responder= or tool_responder=, not both: pass "
+                "tool_responder= when the reply depends on the tools bound for the call"
+            )
         for index, item in enumerate(self.script):
             if not isinstance(item, (AIMessage, str, BaseException)):
                 raise TypeError(
@@ -90,12 +114,15 @@ class ScriptedChatModel(BaseChatModel):
                 item = self.script[self._position]
                 self._position += 1
         if item is None:
-            if self.responder is None:
+            if self.tool_responder is not None:
+                item = self.tool_responder(list(messages), bound_tool_names(tools))
+            elif self.responder is not None:
+                item = self.responder(list(messages))
+            else:
                 raise ScriptExhaustedError(
                     f"scripted model has no reply for call {calls}: its script holds "
                     f"{len(self.script)} item(s) and it has no responder"
                 )
-            item = self.responder(list(messages))
         if isinstance(item, BaseException):
             raise item
         if isinstance(item, str):

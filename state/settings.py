@@ -229,9 +229,10 @@ class Settings:
     offload_input_tokens: int = field(
         default=50_000,
         metadata={
-            "description": "A user message longer than this many tokens is stored as a "
-            "thread artifact and replaced in the window by its head, tail and ref; 0 turns "
-            "input offloading off."
+            "description": "A user message longer than this many tokens (or half of the "
+            "known input window; with the window unknown, half of trigger_tokens, whichever "
+            "is lower) is stored as a thread artifact and replaced in the window by its "
+            "head, tail and ref; 0 turns input offloading off."
         },
     )
     offload_args_fraction: float = field(

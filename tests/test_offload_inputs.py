@@ -312,7 +312,14 @@ def test_the_record_lists_at_most_fifty_artifacts_within_its_budget() -> None:
 
 
 def test_the_threshold_is_capped_at_half_a_known_window() -> None:
-    assert input_threshold(Settings(), None) == 50_000
+    assert input_threshold(Settings(), 200_000) == 50_000
     assert input_threshold(Settings(), 64_000) == 32_000
     assert input_threshold(Settings(offload_input_tokens=2_000), 64_000) == 2_000
     assert input_threshold(Settings(offload_input_tokens=0), 64_000) == 0
+
+
+def test_an_unknown_window_caps_the_threshold_at_half_the_trigger() -> None:
+    assert input_threshold(Settings(), None) == 9_000
+    assert input_threshold(Settings(trigger_tokens=200_000), None) == 50_000
+    assert input_threshold(Settings(offload_input_tokens=2_000), None) == 2_000
+    assert input_threshold(Settings(offload_input_tokens=0), None) == 0

@@ -32,6 +32,34 @@ MIN_EXCERPT_TOKENS = 100
 REASON_CHARS = 300
 """The error named in a not-saved notice is cut after this many characters."""
 
+UNKNOWN_WINDOW_SHARE = 0.5
+"""Share of ``trigger_tokens`` one user message may keep in the window when the main
+model's input window is unknown (the same half a known window allows).
+
+A message just below the threshold stays in full, and it is the newest message, so
+compaction cannot fold it. The other half of the trigger is what the rest of that
+request may use before it compacts again: the system prompt and the tool schemas, the
+summary (``summary_max_tokens``, 1,500) with its record (``ledger_max_tokens``, 1,000),
+the memory view (``memory_budget``, 2,000) and the recent messages kept with it. At the
+defaults that is 9,000 tokens for the message and 9,000 for the rest; after compaction
+the request then fits under ``compaction_target`` (0.85) of the trigger. A message over
+the threshold is replaced by a stub of under 1,800 tokens.
+"""
+
+WINDOW_FIX = (
+    "set CTXGRAPH_CONTEXT_WINDOW (Settings.context_window) to the main model's input "
+    "window in tokens"
+)
+"""How to tell ctxgraph the input window a provider does not report."""
+
+
+class InputNotOffloadedError(RuntimeError):
+    """A user message too large to keep in the window could not be offloaded.
+
+    Raised when the main model's input window is unknown and the run has nowhere to store
+    artifacts (no Store, or no thread id); the message says what to set.
+    """
+
 
 @dataclass(frozen=True)
 class LargeInput:
@@ -42,6 +70,10 @@ class LargeInput:
     tokens: int
     excerpt: int
     """Tokens of head and tail its stand-in shows."""
+    limit: int = 0
+    """The threshold it is over (``input_threshold``)."""
+    window_known: bool = True
+    """Whether the threshold came from a known input window (else from ``trigger_tokens``)."""
 
     @property
     def sha256(self) -> str:
@@ -59,12 +91,55 @@ def input_threshold(settings: Settings, window: int | None) -> int:
     """Tokens above which a user message is offloaded; 0 means never.
 
     ``offload_input_tokens``, capped at half of a known input ``window``: a message that
-    large could never be sent along with the rest of a request.
+    large could never be sent along with the rest of a request. With the window unknown
+    (``None``), capped at ``UNKNOWN_WINDOW_SHARE`` of ``trigger_tokens`` instead, so that
+    after offloading the request fits under the trigger.
     """
     limit = settings.offload_input_tokens
     if limit <= 0:
         return 0
-    return min(limit, window // 2) if window else limit
+    if window:
+        return min(limit, window // 2)
+    return min(limit, int(settings.trigger_tokens * UNKNOWN_WINDOW_SHARE))
+
+
+def refusal_limit(
+    settings: Settings, window: int | None, *, can_offload: bool
+) -> tuple[int, str] | None:
+    """The most tokens one user message may have before it is refused, and what that is.
+
+    For a caller that checks messages before it runs the graph (the command line). The
+    text names the limit as in "over <text> of <tokens> tokens". None: no limit, because
+    the graph offloads a large message (the window is unknown, input offloading is on and
+    ``can_offload``: there is a working artifact store). A known ``window`` is the limit
+    itself. With the window unknown and nothing to offload to, the limit is the input
+    threshold, or ``trigger_tokens`` when input offloading is off; both texts say to set
+    ``CTXGRAPH_CONTEXT_WINDOW``.
+
+    Args:
+        settings: The run's settings.
+        window: The main model's input window, None when it is unknown.
+        can_offload: Whether the run has a Store and a thread id to keep artifacts in.
+
+    Returns:
+        ``(tokens, text)``, or None when no message is refused for its size.
+
+    """
+    if window is not None:
+        return window, "the model's input window"
+    threshold = input_threshold(settings, None)
+    if threshold > 0 and can_offload:
+        return None
+    if threshold > 0:
+        return threshold, (
+            "the offload threshold for user messages (offload_input_tokens, at most half of "
+            "trigger_tokens while the model's input window is unknown; no artifact store "
+            f"can hold the message: {WINDOW_FIX})"
+        )
+    return settings.trigger_tokens, (
+        "trigger_tokens (the model's input window is unknown and input offloading is off, "
+        f"offload_input_tokens=0; {WINDOW_FIX})"
+    )
 
 
 def large_inputs(
@@ -93,7 +168,7 @@ def large_inputs(
             continue
         tokens = _tokens(text)
         if tokens > floor:
-            found.append(LargeInput(message, text, tokens, excerpt))
+            found.append(LargeInput(message, text, tokens, excerpt, limit, window is not None))
     return found
 
 
@@ -213,6 +288,31 @@ def unsaved_input(item: LargeInput, reason: str) -> AnyMessage:
     return item.message.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
+def not_offloaded(item: LargeInput, unavailable: str) -> InputNotOffloadedError:
+    """The error for an input over an unknown window's threshold with nowhere to store it."""
+    return InputNotOffloadedError(
+        f"user message {item.message.id} is {item.tokens:,} tokens, over the "
+        f"{item.limit:,} tokens a message may keep in the conversation while the main model's "
+        "input window is unknown (the smaller of offload_input_tokens and half of "
+        f"trigger_tokens), and it cannot be offloaded: {unavailable}. To send it, "
+        f"{WINDOW_FIX}, or run the graph with a LangGraph Store (build_graph(store=...)) "
+        "and a thread id so it is stored as an artifact"
+    )
+
+
+def _check_storable(artifacts: ArtifactStore | None, items: Sequence[LargeInput], why: str) -> None:
+    """Raise before anything changes when an item cannot be stored and must not be cut.
+
+    Without ``artifacts``, an item over an unknown window's threshold is refused
+    (``InputNotOffloadedError``); one over a known window's keeps its head and tail.
+    """
+    if artifacts is not None:
+        return
+    for item in items:
+        if not item.window_known:
+            raise not_offloaded(item, why)
+
+
 @dataclass
 class InputsOffloaded:
     """What offloading a window's large inputs did: replacement messages and refs written."""
@@ -227,7 +327,14 @@ def offload_inputs(
     *,
     unavailable: str = "",
 ) -> InputsOffloaded:
-    """Store each input and replace it; without ``artifacts``, say why (``unavailable``)."""
+    """Store each input and replace it; without ``artifacts``, say why (``unavailable``).
+
+    Raises:
+        InputNotOffloadedError: without ``artifacts``, for an input whose threshold came
+            from ``trigger_tokens`` (the main model's input window is unknown).
+
+    """
+    _check_storable(artifacts, items, unavailable)
     done = InputsOffloaded([], [])
     for item in items:
         if artifacts is None:
@@ -252,6 +359,7 @@ async def aoffload_inputs(
     unavailable: str = "",
 ) -> InputsOffloaded:
     """Async :func:`offload_inputs`."""
+    _check_storable(artifacts, items, unavailable)
     done = InputsOffloaded([], [])
     for item in items:
         if artifacts is None:
