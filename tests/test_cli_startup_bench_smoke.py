@@ -8,10 +8,21 @@ import pytest
 
 from bench.cli_startup import main
 
+TARGETS = {
+    "ctxgraph threads show (one-turn thread)": "1",
+    "ctxgraph threads verify (one-turn thread)": "1",
+    "ctxgraph memory list": "1",
+    "ctxgraph memory search": "1",
+    "ctxgraph memory export": "1",
+    "ctxgraph skills list (one skill)": "0.5",
+    "ctxgraph skills show (one skill)": "0.5",
+}
+"""The read-only commands and their targets in seconds."""
+
 ROWS = (
     'python -c "import langgraph" (baseline)',
     "ctxgraph --help",
-    "ctxgraph threads show (one-turn thread)",
+    *TARGETS,
     "ctxgraph run (one turn, scripted model)",
 )
 
@@ -42,7 +53,19 @@ def test_bench_prints_every_command_and_a_verdict(
     assert verdict, out
     if verdict.group(2) != "1.50":  # rounded; either verdict is possible at exactly 1.50
         assert (verdict.group(1) == "PASS") == (float(verdict.group(2)) < 1.5)
-    assert code == (0 if verdict.group(1) == "PASS" else 1)
+    verdicts = [verdict.group(1) == "PASS"]
+    for row, target in TARGETS.items():
+        met = re.search(
+            rf"^(PASS|MISS) {re.escape(row)} within {re.escape(target)} s: ([\d,]+) ms$",
+            out,
+            re.MULTILINE,
+        )
+        assert met, (row, out)
+        median_ms = int(met.group(2).replace(",", ""))
+        if abs(median_ms - float(target) * 1000) > 1:  # rounded to the millisecond
+            assert (met.group(1) == "PASS") == (median_ms < float(target) * 1000), met.group(0)
+        verdicts.append(met.group(1) == "PASS")
+    assert code == (0 if all(verdicts) else 1)
 
 
 def test_repeats_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ctxgraph.graph.cli.input import UTF8_HOW_TO
 from ctxgraph.graph.cli.render import escape_control
 from ctxgraph.state.settings import Settings, SettingsError
 from tests.support.cli import REPO_ROOT, run_ctxgraph
@@ -91,8 +92,9 @@ def test_undecodable_bytes_are_refused_with_their_position(
     assert result.returncode == USER_ERROR
     assert result.stderr == (
         "ctxgraph: message 1 cannot be encoded as UTF-8: character 4 is a lone surrogate "
-        "(U+DCE9), as from undecodable bytes; nothing was written\n"
+        f"(U+DCE9), as from undecodable bytes; nothing was written; {UTF8_HOW_TO}\n"
     )
+    assert "iconv" in UTF8_HOW_TO and "LANG=C.UTF-8" in UTF8_HOW_TO
     _untouched(python, subprocess_env, thread_id)
 
     piped = subprocess.run(
@@ -123,7 +125,7 @@ def test_chat_refuses_undecodable_bytes_and_goes_on(
     assert chat.returncode == 0, chat.stderr
     assert chat.stderr == (
         b"ctxgraph: the message cannot be encoded as UTF-8: character 3 is a lone surrogate "
-        b"(U+DCFF), as from undecodable bytes; nothing was written\n"
+        b"(U+DCFF), as from undecodable bytes; nothing was written; " + UTF8_HOW_TO.encode() + b"\n"
     )
     shown = run_ctxgraph(python, subprocess_env, "threads", "show", thread_id)
     assert f"thread {thread_id}: 2 messages\n[1] user: hi\n" in shown.stdout

@@ -6,6 +6,10 @@ import json
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
+from ctxgraph.graph.cli.main import SEARCH_LIMITS
+from ctxgraph.nodes.memory.search_tool import MAX_LIMIT, MIN_LIMIT
 from ctxgraph.state.context import Context
 from ctxgraph.store.memory.repository import MemoryRepository, ProfileUpdate
 from ctxgraph.store.persistence.connection import Persistence
@@ -151,7 +155,7 @@ def test_search_ranks_facts_with_scores_and_stays_in_the_users_namespaces(
     user = _user()
     _seed(persistence, user, project="svc")
     args = ("memory", "search", "--user", user, "--agent", "coder", "--project", "svc")
-    result = run_ctxgraph(python, subprocess_env, *args, "python backend", "--limit", "50")
+    result = run_ctxgraph(python, subprocess_env, *args, "python backend", "--limit", "10")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1
@@ -166,6 +170,25 @@ def test_search_ranks_facts_with_scores_and_stays_in_the_users_namespaces(
     )
     assert other.returncode == 0, other.stderr
     assert other.stdout == f"No remembered fact of user {user} (agent x) matches 'python'.\n"
+
+
+@pytest.mark.parametrize("limit", ["0", "11", "50", "-1", "five", "2.5"])
+def test_search_refuses_a_limit_outside_1_to_10_as_a_usage_error(
+    python: str, subprocess_env: dict[str, str], limit: str
+) -> None:
+    args = ("memory", "search", "--user", _user(), "python", "--limit", limit)
+    result = run_ctxgraph(python, subprocess_env, *args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("usage: ctxgraph memory search ")
+    assert result.stderr.endswith(
+        "ctxgraph memory search: error: argument --limit: must be a whole number from 1 to "
+        f"10, got {limit!r}\n"
+    )
+
+
+def test_the_search_limits_are_those_of_the_memory_search_tool() -> None:
+    assert SEARCH_LIMITS == (MIN_LIMIT, MAX_LIMIT)
 
 
 def test_a_broken_embedding_configuration_is_a_user_error(

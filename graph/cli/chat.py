@@ -32,6 +32,9 @@ from ctxgraph.store.skills import SkillCatalog
 EXIT_COMMANDS = {"/exit", "/quit"}
 RESUME_TAIL = 6
 
+EMPTY_NOTE = "(nothing sent: the message is empty)"
+"""What ``chat`` prints for an empty line (nothing but whitespace)."""
+
 INTERRUPTED_NOTE = "[interrupted: the partial answer is not kept; your message is]"
 """What ``chat`` and ``run`` print when a turn is interrupted."""
 
@@ -229,11 +232,12 @@ class _Session:
             for text in texts:
                 if text.strip() in EXIT_COMMANDS:
                     break
-                if not text.strip():
-                    continue
-                if not self._interactive:
+                if not self._interactive:  # every text was checked: none is empty
                     out.write(f"you: {escape_control(text)}\n")
                     self.turn(text)
+                    continue
+                if not text.strip():
+                    out.write(EMPTY_NOTE + "\n")
                     continue
                 try:
                     check_message(text, limit)

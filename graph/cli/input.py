@@ -54,14 +54,30 @@ def message_limit(config: EnvironmentConfig) -> tuple[int, str]:
     return config.settings.trigger_tokens, "trigger_tokens (the model's input window is unknown)"
 
 
+UTF8_HOW_TO = (
+    "send UTF-8 text: convert it first (e.g. `iconv -f latin1 -t utf-8 notes.txt`), or use "
+    "a UTF-8 terminal (e.g. LANG=C.UTF-8)"
+)
+"""How to fix a message that is not UTF-8, the end of its error."""
+
+
 def check_message(text: str, limit: tuple[int, str], *, label: str = "the message") -> None:
-    """Raise ``InputError`` when ``text`` cannot be encoded or has more tokens than the limit."""
+    """Raise ``InputError`` when ``text`` is empty, cannot be encoded or is over the limit.
+
+    Empty means nothing but whitespace.
+    """
+    if not text.strip():
+        raise InputError(
+            f"{label} is empty: a message needs some text (an argument, or - to read it "
+            "from standard input); nothing was written"
+        )
     position = unencodable_position(text)
     if position is not None:
         code = ord(text[position])
         raise InputError(
             f"{label} cannot be encoded as UTF-8: character {position + 1} is a lone "
-            f"surrogate (U+{code:04X}), as from undecodable bytes; nothing was written"
+            f"surrogate (U+{code:04X}), as from undecodable bytes; nothing was written; "
+            + UTF8_HOW_TO
         )
     tokens, source = limit
     if len(text.encode("utf-8")) > tokens:  # every token is at least one byte

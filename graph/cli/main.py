@@ -34,6 +34,9 @@ DEBUG_VARIABLE = "CTXGRAPH_DEBUG"
 WAIT_VARIABLE = "CTXGRAPH_THREAD_WAIT"
 """Environment variable with the default of ``--wait``."""
 
+THREAD_HELP = "the thread id (as given to chat or run with --thread)"
+"""Help of the ``thread`` argument of the ``threads`` subcommands."""
+
 COMPACT_WAIT = 300.0
 """Default of ``threads compact --wait``: seconds to wait for the compaction job."""
 
@@ -49,39 +52,45 @@ EXIT_STATUSES = (
 )
 
 
+SEARCH_LIMITS = (1, 10)
+"""The ``memory search --limit`` range: that of the graph's ``memory_search`` tool."""
+
+
 class OptionError(ValueError):
     """A command-line option or environment variable has a value the command cannot use."""
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    """Errors reported as one line and exit status 2 instead of a traceback."""
-    from ctxgraph.graph.cli.memory import UnknownFactError
-    from ctxgraph.graph.cli.skills import UnknownSkillError
-    from ctxgraph.graph.cli.threads import UnknownArtifactRefError, UnknownThreadError
-    from ctxgraph.graph.subagent_files import SubagentFileError
-    from ctxgraph.nodes.memory.render import MemoryBudgetError
-    from ctxgraph.state.context import ContextError
-    from ctxgraph.state.models import ModelConfigError
-    from ctxgraph.state.settings import SettingsError
-    from ctxgraph.store.persistence.connection import DatabaseError
-    from ctxgraph.store.persistence.embedded import EmbeddedPostgresError
-    from ctxgraph.store.persistence.vector_index import EmbeddingConfigError
+_USER_ERRORS = (
+    ("ctxgraph.state.models", "ModelConfigError"),
+    ("ctxgraph.state.settings", "SettingsError"),
+    ("ctxgraph.state.context", "ContextError"),
+    ("ctxgraph.store.persistence.embedded", "EmbeddedPostgresError"),
+    ("ctxgraph.store.persistence.connection", "DatabaseError"),
+    ("ctxgraph.graph.cli.threads", "UnknownThreadError"),
+    ("ctxgraph.graph.cli.threads", "UnknownArtifactRefError"),
+    ("ctxgraph.graph.cli.memory", "UnknownFactError"),
+    ("ctxgraph.graph.cli.skills", "UnknownSkillError"),
+    ("ctxgraph.store.persistence.vector_index", "EmbeddingConfigError"),
+    ("ctxgraph.nodes.memory.render", "MemoryBudgetError"),
+    ("ctxgraph.graph.subagent_files", "SubagentFileError"),
+)
+"""Errors reported as one line and exit status 2 instead of a traceback (module, class), as
+``OptionError`` is."""
 
-    return (
-        OptionError,
-        ModelConfigError,
-        SettingsError,
-        ContextError,
-        EmbeddedPostgresError,
-        DatabaseError,
-        UnknownThreadError,
-        UnknownArtifactRefError,
-        UnknownFactError,
-        UnknownSkillError,
-        EmbeddingConfigError,
-        MemoryBudgetError,
-        SubagentFileError,
-    )
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The classes of ``_USER_ERRORS`` whose modules are loaded.
+
+    An error is an instance of a class only when the class's module has been imported, so
+    the others need not be: reporting an error loads nothing new.
+    """
+    found: list[type[Exception]] = [OptionError]
+    for module, name in _USER_ERRORS:
+        loaded = sys.modules.get(module)
+        error = getattr(loaded, name, None) if loaded is not None else None
+        if isinstance(error, type) and issubclass(error, Exception):
+            found.append(error)
+    return tuple(found)
 
 
 def _help_formatter(prog: str) -> argparse.HelpFormatter:
@@ -116,6 +125,18 @@ def _identity_arguments(parser: argparse.ArgumentParser, *, thread: bool = True)
         parser.add_argument("--thread", required=True, help="thread id to create or resume")
     parser.add_argument("--agent", default="default", help="agent name (default: default)")
     parser.add_argument("--project", default=None, help="project id, if any")
+
+
+def _verbose_argument(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
+    """``--verbose``, on the command line and, without a default, on a subcommand too."""
+    # A subcommand's default would replace the value given before the subcommand.
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="also show routine notices on stderr as 'note: ...' lines (compaction skipped "
+        "or discarded, background job steps); warnings show as 'warning: ...' either way",
+    )
 
 
 def _wait_argument(parser: argparse.ArgumentParser, what: str) -> None:
@@ -159,6 +180,20 @@ def seconds_option(source: str, text: str) -> float:
     return seconds
 
 
+def search_limit(text: str) -> int:
+    """``memory search --limit``: a whole number in ``SEARCH_LIMITS``, else a usage error."""
+    low, high = SEARCH_LIMITS
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from {low} to {high}, got {text!r}"
+        )
+    return value
+
+
 def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     memory = _command(commands, "memory", "inspect and manage long-term memory")
     memory_commands = memory.add_subparsers(dest="memory_command", required=True)
@@ -176,7 +211,10 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     _identity_arguments(search, thread=False)
     search.add_argument("query", help="what to look for")
-    search.add_argument("--limit", type=int, default=5, help="results to show (1-10)")
+    low, high = SEARCH_LIMITS
+    search.add_argument(
+        "--limit", type=search_limit, default=5, help=f"results to show ({low}-{high})"
+    )
     _command(memory_commands, "process", "run every pending (deferred) memory extraction now")
 
 
@@ -218,21 +256,28 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"show the traceback of an error reported in one line (or set {DEBUG_VARIABLE}=1)",
     )
+    _verbose_argument(parser, default=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = _command(commands, "chat", "interactive chat on a persistent thread")
     _identity_arguments(chat)
     _wait_argument(chat, "each turn")
+    _verbose_argument(chat)
 
     run = _command(commands, "run", "run the given messages as turns, then exit")
     _identity_arguments(run)
     _wait_argument(run, "the turns")
+    _verbose_argument(run)
     run.add_argument(
         "messages", nargs="+", help="one turn per argument; - reads one message from stdin"
     )
 
     demo = _command(commands, "demo", "offline demo on the embedded Postgres")
-    demo.add_argument("--user", default="demo-user")
+    demo.add_argument(
+        "--user",
+        default="demo-user",
+        help="user id whose thread and memory the demo uses (default: demo-user)",
+    )
     demo.add_argument("--thread", default=None, help="thread id (default: a new one)")
 
     threads = _command(commands, "threads", "inspect persisted threads")
@@ -240,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = _command(
         thread_commands, "show", "print a thread's full transcript (archive and window)"
     )
-    show.add_argument("thread")
+    show.add_argument("thread", help=THREAD_HELP)
     show.add_argument(
         "--summary",
         action="store_true",
@@ -254,13 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
         "subagent's transcript, read from its checkpoint or transcript artifact",
     )
     verify = _command(thread_commands, "verify", "recompute a thread's checksums and hash chain")
-    verify.add_argument("thread")
+    verify.add_argument("thread", help=THREAD_HELP)
     artifact = _command(
         thread_commands,
         "artifact",
         "print the full content of an offloaded tool result, tool argument or user input",
     )
-    artifact.add_argument("thread")
+    artifact.add_argument("thread", help=THREAD_HELP)
     artifact.add_argument("ref", help="the artifact's ref (art-...), as threads show names it")
     compact = _command(
         thread_commands,
@@ -271,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
         "held, so a chat may run meanwhile); exit status 1 when the job is still running "
         "after --wait or ends without a result",
     )
-    compact.add_argument("thread")
+    compact.add_argument("thread", help=THREAD_HELP)
     compact.add_argument(
         "--wait",
         metavar="SECONDS",
@@ -299,10 +344,11 @@ def _context(args: argparse.Namespace) -> Context:
 
 def _memory(args: argparse.Namespace) -> int:
     from ctxgraph.graph.cli import memory
-    from ctxgraph.nodes.memory.worker import worker_from_env
     from ctxgraph.store.persistence.connection import open_persistence
 
     if args.memory_command == "process":
+        from ctxgraph.nodes.memory.worker import worker_from_env
+
         extractor, settings = worker_from_env(os.environ)  # fails before opening the database
         with open_persistence() as persistence:
             return memory.process_memory(persistence.store, extractor, settings, sys.stdout)
@@ -432,14 +478,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.debug:
         os.environ[DEBUG_VARIABLE] = "1"  # also read where chat reports a failed turn
     debug = os.environ.get(DEBUG_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
-    logging.basicConfig(level=logging.WARNING, format="ctxgraph: %(message)s")
-    if debug:
-        logging.getLogger("ctxgraph").setLevel(logging.DEBUG)
-    else:
+    from ctxgraph.graph.cli.notices import configure_logging
+
+    configure_logging(verbose=args.verbose, debug=debug)
+    if not debug:
         # psycopg warns about connections it drops while a broken one is cleaned up; the
         # command reports the database fault itself, in one line.
         logging.getLogger("psycopg").setLevel(logging.ERROR)
     try:
+        if args.command == "skills":  # reads folders only: no database, no psycopg
+            return _dispatch(args)
         from ctxgraph.store.persistence.connection import database_errors
 
         with database_errors():  # a database fault mid-command becomes one line
@@ -480,8 +528,7 @@ def _exit_status(error: Exception) -> int | None:
     """The exit status of an error reported as its message, or None."""
     if isinstance(error, _user_errors()):
         return USER_ERROR_EXIT
-    from ctxgraph.store.persistence.thread_lock import ThreadBusyError
-
-    if isinstance(error, ThreadBusyError):
+    thread_lock = sys.modules.get("ctxgraph.store.persistence.thread_lock")
+    if thread_lock is not None and isinstance(error, thread_lock.ThreadBusyError):
         return THREAD_BUSY_EXIT
     return None

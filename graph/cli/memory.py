@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from langgraph.store.base import BaseStore
-
-from ctxgraph.graph.cli.render import plural
-from ctxgraph.nodes.memory.extract import MemoryExtractor
-from ctxgraph.nodes.memory.search_tool import clamp_limit
-from ctxgraph.nodes.memory.worker import Processed, process_pending
+from ctxgraph.graph.cli.main import SEARCH_LIMITS
+from ctxgraph.graph.cli.text import plural
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import Fact, MemoryRepository
+
+if TYPE_CHECKING:
+    from langgraph.store.base import BaseStore
+
+    from ctxgraph.nodes.memory.extract import MemoryExtractor
+    from ctxgraph.nodes.memory.worker import Processed
+
+# The extraction worker (with the model layer) is imported by the functions that process
+# extractions, so the read-only subcommands (list, search, export) do not load it.
 
 
 class UnknownFactError(LookupError):
@@ -64,8 +68,9 @@ def search_memory(
     ``memory_age_from`` ages the facts as the graph's ``memory_search`` tool does.
     """
     age_from = (settings or Settings()).memory_age_from
+    low, high = SEARCH_LIMITS
     facts = MemoryRepository(store).search(
-        context, query, top_k=clamp_limit(limit), age_from=age_from
+        context, query, top_k=max(low, min(int(limit), high)), age_from=age_from
     )
     if not facts:
         out.write(f"No remembered fact of {_who(context)} matches {query!r}.\n")
@@ -115,6 +120,9 @@ def process_memory(
     force: bool = True,
 ) -> int:
     """Run the pending extractions now (all of them when ``force``); 1 if some stay queued."""
+    from ctxgraph.nodes.memory.worker import process_pending
+    from ctxgraph.store.memory.queue import MemoryQueue
+
     processed = process_pending(
         store,
         extractor,
@@ -138,6 +146,8 @@ def process_due_at_start(
     store: BaseStore, extractor: MemoryExtractor, settings: Settings, out: TextIO
 ) -> Processed:
     """Before ``chat``/``run``: finish extractions a previous process left queued, if due."""
+    from ctxgraph.nodes.memory.worker import process_pending
+
     processed = process_pending(
         store,
         extractor,
@@ -147,7 +157,7 @@ def process_due_at_start(
     if processed:
         stored = sum(len(result.stored) for _, result in processed)
         out.write(
-            f"ctxgraph: processed {plural(len(processed), 'pending memory extraction')} "
+            f"note: processed {plural(len(processed), 'pending memory extraction')} "
             f"left by an earlier run, stored {plural(stored, 'fact')}\n"
         )
     return processed

@@ -3,40 +3,31 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from ctxgraph.graph.cli.text import escape_control, plural
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY, OFFLOAD_KEY
 from ctxgraph.state.messages import content_text
 from ctxgraph.store.persistence.archive import TAMPERED
 
+__all__ = [
+    "LINE_CHARS",
+    "PREVIEW_CHARS",
+    "archive_marker_line",
+    "escape_control",
+    "offloaded_args_lines",
+    "plural",
+    "tampered_marker_line",
+    "tool_call_line",
+    "tool_result_line",
+    "transcript_lines",
+]
+
 PREVIEW_CHARS = 300
 LINE_CHARS = 100
 """Longest message text in a one-line-per-message preview (resume and demo listings)."""
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""Control characters (C0 but tab and newline, DEL, C1): ESC starts every ANSI sequence."""
-
-
-def _escaped(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
-
-
-def escape_control(text: str) -> str:
-    r"""``text`` with control characters shown as ``\xNN``, so the terminal does not act on them.
-
-    Newlines and tabs stay as they are; a carriage return, an escape (and so any ANSI
-    escape sequence), a bell or a backspace is printed as its visible escape, e.g. ``\x1b``.
-    """
-    return _CONTROL.sub(_escaped, text)
-
-
-def plural(count: int, noun: str) -> str:
-    """``count`` and ``noun``, plural unless ``count`` is 1: ``1 compaction``, ``2 compactions``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def archive_marker_line(version: int, folded: int, cursor: object) -> str:

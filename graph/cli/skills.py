@@ -4,17 +4,36 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from langchain_core.tools import BaseTool
-
-from ctxgraph.graph.cli.render import escape_control, plural
+from ctxgraph.graph.cli.text import escape_control, plural
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.skills import Skill, SkillCatalog, SkillProblem, SkillSnapshot, unknown_tools
 
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
+
+# The graph, its tools and the model clients are imported only on the problem path (see
+# ``model_note``): ``skills list`` and ``skills show`` read folders and name tools.
+
 SKILLS_VARIABLE = "CTXGRAPH_SKILLS_DIRS"
+
+SCRIPTED_MODEL = "scripted"
+"""``CTXGRAPH_MODEL`` of the offline demo model (``state.models.SCRIPTED_MODEL_NAME``)."""
+
+DEMO_TOOLS = ("calculator",)
+"""The names of the demo model's tools (``state.demo_model.demo_tools``)."""
+
+SKILL_TOOLS = ("load_skill", "read_skill_file")
+"""The skill tools the graph binds when skill folders are configured (``SkillTools``)."""
+
+READER_TOOLS = ("read_history", "read_artifact", "grep_artifact")
+"""The built-in readers every graph binds."""
+
+MEMORY_SEARCH_TOOL = "memory_search"
+"""The memory tool, bound unless ``memory_mode`` is off."""
 
 HOW_TO_CONFIGURE = (
     f"No skill folder is configured. Set {SKILLS_VARIABLE} to folders of skill folders "
@@ -39,26 +58,33 @@ def graph_tool_names(tools: Sequence[BaseTool], settings: Settings) -> tuple[str
     return tuple(tool.name for tool in graph_tools(tools, settings, SkillSources()))
 
 
-def cli_configuration(environ: Mapping[str, str]) -> tuple[Settings, tuple[str, ...], str]:
-    """The settings and tool names of the CLI's graph, and a note when no model is configured.
+def cli_tool_names(environ: Mapping[str, str], settings: Settings) -> tuple[str, ...]:
+    """The names ``graph_tool_names`` gives for the CLI's graph, without building the tools.
 
-    Without a usable model configuration the graph cannot be built; the built-in tools
-    are checked then, and the note says so.
+    The demo model's calculator when ``CTXGRAPH_MODEL`` is scripted, the skill tools, the
+    readers and, unless ``memory_mode`` is off, ``memory_search``, in binding order.
     """
-    from ctxgraph.graph.environment import EnvironmentConfig
-    from ctxgraph.state.models import ModelConfigError
+    scripted = environ.get("CTXGRAPH_MODEL", "").strip() == SCRIPTED_MODEL
+    memory = (MEMORY_SEARCH_TOOL,) if settings.memory_mode != "off" else ()
+    return (*(DEMO_TOOLS if scripted else ()), *SKILL_TOOLS, *READER_TOOLS, *memory)
+
+
+def model_note(environ: Mapping[str, str]) -> str:
+    """A note when no model is configured (the built-in tools only were checked), else "".
+
+    Only the model configuration is read; its clients are created, as the graph would
+    create them, so an unusable configuration is found the same way.
+    """
+    from ctxgraph.state.models import ModelConfigError, Models
 
     try:
-        configured = EnvironmentConfig.read(environ)
+        Models.from_env(environ)
     except ModelConfigError:
-        settings = Settings.from_env(environ)
-        note = (
+        return (
             "the model is not configured, so allowed-tools were checked against the "
             "built-in tools only (CTXGRAPH_MODEL=scripted adds the demo's calculator)"
         )
-        return settings, graph_tool_names((), settings), note
-    names = graph_tool_names(configured.tools, configured.settings)
-    return configured.settings, names, ""
+    return ""
 
 
 def skill_folders(options: Sequence[str] | None, settings: Settings) -> tuple[str, ...]:
@@ -82,12 +108,13 @@ def list_skills(
     tool_names: Sequence[str],
     out: TextIO,
     *,
-    note: str = "",
+    note: str | Callable[[], str] = "",
 ) -> int:
     """Print every skill of ``folders``, then every problem; 1 when there are problems.
 
     The problems are those of reading the skills and each ``allowed-tools`` name that no
-    tool of ``tool_names`` has. Without folders it prints how to configure one (status 0).
+    tool of ``tool_names`` has; ``note`` (or what it returns, asked only then) follows
+    unknown tool names. Without folders it prints how to configure one (status 0).
     """
     if not folders:
         out.write(HOW_TO_CONFIGURE + "\n")
@@ -114,8 +141,9 @@ def list_skills(
         return 0
     out.write(f"\n{count}; problems ({len(problems)}):\n")
     out.writelines(f"- {escape_control(str(problem))}\n" for problem in problems)
-    if unknown and note:
-        out.write(f"note: {note}\n")
+    shown_note = (note() if callable(note) else note) if unknown else ""
+    if shown_note:
+        out.write(f"note: {shown_note}\n")
     return 1
 
 
@@ -173,5 +201,7 @@ def skills_command(
     if command == "show":
         settings = Settings.from_env(os.environ)
         return show_skill(skill_folders(options, settings), settings, name or "", out)
-    settings, tool_names, note = cli_configuration(os.environ)
-    return list_skills(skill_folders(options, settings), settings, tool_names, out, note=note)
+    settings = Settings.from_env(os.environ)
+    tool_names = cli_tool_names(os.environ, settings)
+    folders = skill_folders(options, settings)
+    return list_skills(folders, settings, tool_names, out, note=lambda: model_note(os.environ))

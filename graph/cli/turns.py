@@ -17,7 +17,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TextIO, cast
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 
 from ctxgraph.graph.builder import Graph
@@ -25,6 +32,7 @@ from ctxgraph.graph.cli.render import escape_control, tool_call_line, tool_resul
 from ctxgraph.nodes.subagents.stop import stop_all
 from ctxgraph.nodes.subagents.tool import TASK_TOOL
 from ctxgraph.state.context import Context
+from ctxgraph.state.messages import content_text
 
 POLL_SECONDS = 0.1
 """How often the waiting thread wakes while the graph runs (signals arrive at once anyway)."""
@@ -130,7 +138,7 @@ def stream_turn(
             {"messages": [HumanMessage(content=text)]},
             {**config, "callbacks": callbacks},
             context=context,
-            stream_mode=["messages", "updates"],
+            stream_mode=["values", "messages", "updates"],
         ),
     )
     worker = threading.Thread(
@@ -149,33 +157,105 @@ def stream_turn(
 def _print_events(events: Iterator[tuple[str, Any]], out: TextIO) -> AIMessage | None:
     """Print streamed tokens, tool lines and subagent progress; return the last answer written.
 
-    A ``task`` call with a ``delegations`` entry in the same update is shown by that
-    entry's progress line (``delegation_line``) instead of the generic tool-call line;
-    a finished subagent is shown by its final entry's line, not by a tool-result line.
+    Each message the turn adds is printed once (see ``_TurnPrinter``). A ``task`` call
+    with a ``delegations`` entry in the same update is shown by that entry's progress line
+    (``delegation_line``) instead of the generic tool-call line; a finished subagent is
+    shown by its final entry's line, not by a tool-result line.
     """
-    final: AIMessage | None = None
-    mid_line = False
+    printer = _TurnPrinter(out)
     for mode, payload in events:
-        if mode == "messages":
-            chunk, metadata = payload
-            if (
-                isinstance(chunk, AIMessageChunk)
-                and metadata.get("langgraph_node") == "model"
-                and isinstance(chunk.content, str)
-                and chunk.content
-            ):
-                shown = escape_control(chunk.content)
-                out.write(shown if mid_line else "assistant: " + shown)
-                mid_line = True
-                out.flush()
-            continue
+        printer.event(mode, payload)
+    return printer.close()
+
+
+class _TurnPrinter:
+    """Prints one turn's events, each message the turn adds exactly once.
+
+    Nodes may write messages that are already in the thread: a compaction writes the
+    whole kept window again after removing every message. A message is therefore printed
+    only when its id is new: not in the state the ``values`` events showed so far (the
+    thread before the turn, then after each step) and not printed already. An answer's
+    text is printed as its tokens stream from the ``model`` node; an answer that did not
+    stream (a reply the graph writes itself, such as the one to an unknown ``/skill``) is
+    printed whole from its update.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._known: set[str] = set()
+        """Ids of messages in the thread or already printed: never printed (again)."""
+        self._streamed: set[str] = set()
+        """Ids of the answers whose text was printed as it streamed."""
+        self._model_streamed = False
+        """Whether the ``model`` node streamed text since its last update."""
+        self._mid_line = False
+        self.final: AIMessage | None = None
+
+    def event(self, mode: str, payload: Any) -> None:
+        """Handle one event: a ``(mode, payload)`` of ``values``, ``messages`` or ``updates``."""
+        if mode == "values":
+            if isinstance(payload, Mapping):
+                self._known.update(_ids(payload.get("messages")))
+        elif mode == "messages":
+            self._token(*payload)
+        elif mode == "updates":
+            self._write_lines(self._update_lines(payload))
+
+    def close(self) -> AIMessage | None:
+        """End the last line; the last answer the turn added."""
+        if self._mid_line:
+            self._out.write("\n")
+        self._out.flush()
+        return self.final
+
+    def _token(self, chunk: Any, metadata: Mapping[str, Any]) -> None:
+        if (
+            isinstance(chunk, AIMessageChunk)
+            and metadata.get("langgraph_node") == "model"
+            and isinstance(chunk.content, str)
+            and chunk.content
+        ):
+            shown = escape_control(chunk.content)
+            self._out.write(shown if self._mid_line else "assistant: " + shown)
+            self._mid_line = True
+            self._model_streamed = True
+            if chunk.id is not None:
+                self._streamed.add(chunk.id)
+            self._out.flush()
+
+    def _write_lines(self, lines: list[str]) -> None:
+        if lines:
+            self._out.write(("\n" if self._mid_line else "") + "\n".join(lines) + "\n")
+            self._mid_line = False
+            self._out.flush()
+
+    def _new(self, message: object) -> bool:
+        """Whether ``message`` is one the turn adds and has not printed; it is then recorded."""
+        if not isinstance(message, BaseMessage) or isinstance(message, RemoveMessage):
+            return False
+        if message.id is None:
+            return True
+        if message.id in self._known:
+            return False
+        self._known.add(message.id)
+        return True
+
+    def _update_lines(self, payload: Any) -> list[str]:
         lines: list[str] = []
         for node, messages, entries in _updates(payload):
             by_call = {str(entry.get("id")): entry for entry in entries}
             covered: set[str] = set()
+            streamed = self._model_streamed and node == "model"
+            if node == "model":
+                self._model_streamed = False
             for message in messages:
+                if not self._new(message):
+                    continue
                 if isinstance(message, AIMessage):
-                    final = message
+                    self.final = message
+                    text = content_text(message)
+                    if text and not (streamed or message.id in self._streamed):
+                        lines.append(f"assistant: {escape_control(text)}")
                     for call in message.tool_calls:
                         entry = by_call.get(str(call.get("id")))
                         if call["name"] == TASK_TOOL and entry is not None:
@@ -189,14 +269,14 @@ def _print_events(events: Iterator[tuple[str, Any]], out: TextIO) -> AIMessage |
             lines.extend(
                 delegation_line(entry) for key, entry in by_call.items() if key not in covered
             )
-        if lines:
-            out.write(("\n" if mid_line else "") + "\n".join(lines) + "\n")
-            mid_line = False
-            out.flush()
-    if mid_line:
-        out.write("\n")
-    out.flush()
-    return final
+        return lines
+
+
+def _ids(messages: object) -> set[str]:
+    """The ids of the messages of a ``values`` event's ``messages`` channel."""
+    if not isinstance(messages, list):
+        return set()
+    return {m.id for m in messages if isinstance(m, BaseMessage) and m.id is not None}
 
 
 def _updates(payload: Any) -> list[tuple[str, list[Any], list[Mapping[str, Any]]]]:

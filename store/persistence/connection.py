@@ -69,13 +69,20 @@ def _redacted(uri: str) -> str:
     return kept or "DATABASE_URI"
 
 
+EXAMPLE_URI = "postgresql://user:password@localhost:5432/ctxgraph"
+"""The example a malformed ``DATABASE_URI`` error shows."""
+
+
 def _checked(uri: str) -> str:
-    """``uri`` if libpq can parse it; else the one-line ``DatabaseError``."""
+    """``uri`` if libpq can parse it; else the one-line ``DatabaseError`` with an example."""
     try:
         conninfo_to_dict(uri)
     except psycopg.Error as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else "cannot parse it"
-        raise DatabaseError(f"DATABASE_URI is not a valid Postgres URI: {reason}") from error
+        raise DatabaseError(
+            f"DATABASE_URI is not a valid Postgres URI ({reason}): set it to a URI such as "
+            f"{EXAMPLE_URI}, or unset it to use the embedded Postgres"
+        ) from error
     return uri
 
 

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from langgraph.store.postgres.base import PostgresIndexConfig
-from pydantic import SecretStr
-
-from ctxgraph.state.models import (
-    OPENAI_BASE_URL,
-    is_local_endpoint,
-    missing_key_message,
-    request_limits,
-)
+if TYPE_CHECKING:
+    from langgraph.store.postgres.base import PostgresIndexConfig
 
 FACT_INDEX_FIELDS = ["content"]
 """The part of a stored fact that is embedded when the Store has a vector index."""
@@ -37,6 +31,15 @@ def embedding_index(environ: Mapping[str, str]) -> PostgresIndexConfig | None:
     model = environ.get("CTXGRAPH_EMBEDDING_MODEL", "").strip()
     if not model:
         return None
+    # Imported here: the model settings (and LangChain's model classes) are only needed
+    # when an embedding model is set, not by every command that opens the database.
+    from ctxgraph.state.models import (
+        OPENAI_BASE_URL,
+        is_local_endpoint,
+        missing_key_message,
+        request_limits,
+    )
+
     raw = environ.get("CTXGRAPH_EMBEDDING_DIMS", "").strip() or str(DEFAULT_DIMS)
     if not raw.isdigit() or int(raw) < 1:
         raise EmbeddingConfigError(
@@ -52,6 +55,7 @@ def embedding_index(environ: Mapping[str, str]) -> PostgresIndexConfig | None:
     timeout, retries = request_limits(environ)  # the same limits as the chat models
     # Imported here: the client library is only needed when an embedding model is set.
     from langchain_openai import OpenAIEmbeddings
+    from pydantic import SecretStr
 
     embeddings = OpenAIEmbeddings(
         model=model,

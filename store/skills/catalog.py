@@ -12,8 +12,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from langgraph.store.base import BaseStore, SearchItem
+from typing import TYPE_CHECKING
 
 from ctxgraph.store.skills.files import SKILL_FILE, store_files, walk_skill_folder
 from ctxgraph.store.skills.format import SkillFormatError, parse_skill_md
@@ -26,6 +25,10 @@ from ctxgraph.store.skills.model import (
     SkillSnapshot,
     SkillSource,
 )
+
+if TYPE_CHECKING:
+    # Annotations only: the folder-only commands (``ctxgraph skills``) skip the Store layer.
+    from langgraph.store.base import BaseStore, SearchItem
 
 __all__ = ["MAX_SKILL_MD_BYTES", "STORE_PAGE", "SkillCatalog", "unknown_tools"]
 

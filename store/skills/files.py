@@ -7,10 +7,13 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-
-from langgraph.store.base import BaseStore, Item
+from typing import TYPE_CHECKING
 
 from ctxgraph.store.skills.model import STORE_NAMESPACE, Skill
+
+if TYPE_CHECKING:
+    # Annotations only: the folder-only commands (``ctxgraph skills``) skip the Store layer.
+    from langgraph.store.base import BaseStore, Item
 
 __all__ = [
     "MAX_LISTED_FILES",
