@@ -205,7 +205,7 @@ def test_chat_and_run_wait_for_jobs_then_name_the_abandoned_ones(
     assert settle_compaction_jobs(settings, err, wait=False) == 2
     assert waited == [7.5, 0.0]
     assert err.getvalue() == (
-        "ctxgraph: 2 background compaction job(s) still running were abandoned; their "
+        "warning: 2 background compaction job(s) still running were abandoned; their "
         "leases expire in 90 s\n"
     )
 

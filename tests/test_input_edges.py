@@ -54,15 +54,27 @@ def test_a_message_over_the_input_window_is_refused_before_anything_is_written(
     _untouched(python, env, thread_id)
 
 
-def test_a_megabyte_message_without_a_known_window_is_refused_against_the_trigger(
+def test_a_large_message_without_a_known_window_is_offloaded_not_refused(
     python: str, subprocess_env: dict[str, str], thread_id: str
 ) -> None:
-    result = _run(python, subprocess_env, thread_id, "hello", "-", stdin="x" * 1_000_000)
-    assert result.returncode == USER_ERROR
-    assert result.stderr.count("\n") == 1, result.stderr
-    assert "message 2 is " in result.stderr
-    assert "over trigger_tokens (the model's input window is unknown) of 18000" in result.stderr
-    _untouched(python, subprocess_env, thread_id)
+    # 40,000 lines of "row N": far over trigger_tokens (18,000) and the 9,000-token input
+    # threshold of an unknown window, so the graph stores it as an artifact.
+    rows = [f"row {i}" for i in range(40_000)]
+    rows[20_000] = "MIDDLE-SENTINEL-4411 only the artifact keeps this line"
+    text = "\n".join(rows)
+    result = _run(python, subprocess_env, thread_id, "hello", "-", stdin=text)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+    # The model saw the stand-in, not the text; the thread shows the text from its artifact.
+    assert "assistant: Noted: [user input offloaded] This user message is " in result.stdout
+    shown = run_ctxgraph(python, subprocess_env, "threads", "show", thread_id)
+    assert shown.returncode == 0, shown.stderr
+    refs = re.findall(r"\(full text from artifact (art-[0-9a-f]+);", shown.stdout)
+    assert len(refs) == 1, shown.stdout[-2000:]
+    read = run_ctxgraph(python, subprocess_env, "threads", "artifact", thread_id, refs[0])
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.rstrip("\n") == text
 
 
 def test_chat_refuses_a_huge_line_and_goes_on(

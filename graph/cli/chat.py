@@ -84,7 +84,8 @@ def run_turns(
 
     ``run`` reads the argument ``-`` as one message from ``stdin`` (default: the process's
     standard input) and checks every message before it writes anything: text that cannot
-    be encoded, or a message over the model's input window, raises ``InputError``. ``chat``
+    be encoded, or a message over a known input window, raises ``InputError`` (with the window
+    unknown a large message is offloaded by the graph). ``chat``
     prints that error on ``err`` and asks again.
 
     Ctrl-C during a turn stops it at once: the user's message stays, the partial answer is
@@ -109,7 +110,7 @@ def run_turns(
 def _run_session(
     texts: Iterable[str],
     configured: EnvironmentConfig,
-    limit: tuple[int, str],
+    limit: tuple[int, str] | None,
     context: Context,
     thread_id: str,
     out: TextIO,
@@ -150,7 +151,7 @@ def settle_compaction_jobs(settings: Settings, err: TextIO, *, wait: bool = True
     left = wait_for_jobs(settings.background_wait_s if wait else 0.0)
     if left:
         err.write(
-            f"ctxgraph: {left} background compaction job(s) still running were abandoned; "
+            f"warning: {left} background compaction job(s) still running were abandoned; "
             f"their leases expire in {settings.compaction_lease_s:g} s\n"
         )
         err.flush()
@@ -210,7 +211,7 @@ class _Session:
         self,
         persistence: Persistence,
         texts: Iterable[str],
-        limit: tuple[int, str],
+        limit: tuple[int, str] | None,
         err: TextIO,
         wait: float,
     ) -> None:

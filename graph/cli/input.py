@@ -7,6 +7,7 @@ from typing import BinaryIO
 
 from ctxgraph.graph.cli.main import OptionError
 from ctxgraph.graph.environment import EnvironmentConfig
+from ctxgraph.nodes.offload.inputs import refusal_limit
 from ctxgraph.state.messages import unencodable_position
 from ctxgraph.state.models import input_window
 from ctxgraph.state.tokens import count_text
@@ -41,17 +42,18 @@ def expand_stdin(texts: Sequence[str], stdin: BinaryIO) -> list[str]:
     return [message if text == STDIN_ARGUMENT else text for text in texts]
 
 
-def message_limit(config: EnvironmentConfig) -> tuple[int, str]:
-    """The most tokens one message may have, and where that limit comes from.
+def message_limit(config: EnvironmentConfig) -> tuple[int, str] | None:
+    """The most tokens one message may have, and where that limit comes from; None: no limit.
 
-    The main model's input window (as the provider reports it, else ``context_window``,
-    ``CTXGRAPH_CONTEXT_WINDOW``); when it is unknown, ``trigger_tokens``, since a message
-    above it could not be compacted away.
+    ``chat`` and ``run`` always run with their database's Store and a thread id, so a large
+    message can be offloaded to an artifact. With the main model's input window unknown
+    there is then no limit (the graph offloads what is over its threshold); a known window
+    (as the provider reports it, else ``context_window``, ``CTXGRAPH_CONTEXT_WINDOW``) is
+    the limit itself. With input offloading off, an unknown window falls back to
+    ``trigger_tokens`` (see ``nodes.offload.inputs.refusal_limit``).
     """
     window = input_window(config.models.main, config.settings.context_window)
-    if window is not None:
-        return window, "the model's input window"
-    return config.settings.trigger_tokens, "trigger_tokens (the model's input window is unknown)"
+    return refusal_limit(config.settings, window, can_offload=True)
 
 
 UTF8_HOW_TO = (
@@ -61,10 +63,10 @@ UTF8_HOW_TO = (
 """How to fix a message that is not UTF-8, the end of its error."""
 
 
-def check_message(text: str, limit: tuple[int, str], *, label: str = "the message") -> None:
+def check_message(text: str, limit: tuple[int, str] | None, *, label: str = "the message") -> None:
     """Raise ``InputError`` when ``text`` is empty, cannot be encoded or is over the limit.
 
-    Empty means nothing but whitespace.
+    Empty means nothing but whitespace; a ``limit`` of None checks no size.
     """
     if not text.strip():
         raise InputError(
@@ -79,6 +81,8 @@ def check_message(text: str, limit: tuple[int, str], *, label: str = "the messag
             f"surrogate (U+{code:04X}), as from undecodable bytes; nothing was written; "
             + UTF8_HOW_TO
         )
+    if limit is None:
+        return
     tokens, source = limit
     if len(text.encode("utf-8")) > tokens:  # every token is at least one byte
         size = count_text(text)
