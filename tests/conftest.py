@@ -9,12 +9,13 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ctxgraph.store.persistence.connection import Persistence, open_persistence
 from ctxgraph.store.persistence.embedded import embedded_uri
@@ -35,15 +36,40 @@ def _outside_pytest_tmp() -> Path:
 
 
 @pytest.fixture(scope="session")
-def database_uri() -> str:
-    """A Postgres URI for the whole test session."""
+def database_uri() -> Iterator[str]:
+    """A Postgres URI for the whole test session (of this worker, under pytest-xdist).
+
+    Each xdist worker starts its own embedded server; with ``DATABASE_URI`` set, each
+    worker gets a database of its own on that server, so no two workers share tables.
+    """
     configured = os.environ.get("DATABASE_URI", "").strip()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if configured and not worker:
+        yield configured
+        return
     if configured:
-        return configured
+        dbname = conninfo_to_dict(configured).get("dbname") or "postgres"
+        with _worker_database(configured, f"{dbname}_{worker}") as uri:
+            yield uri
+        return
     home = _outside_pytest_tmp()
     # Registered before the server starts, so it runs after the server's own stop at exit.
     atexit.register(shutil.rmtree, home, ignore_errors=True)
-    return embedded_uri(home)
+    yield embedded_uri(home)
+
+
+@contextmanager
+def _worker_database(server_uri: str, name: str) -> Iterator[str]:
+    """A fresh database ``name`` on ``server_uri``'s server for one worker, dropped afterwards."""
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(server_uri, autocommit=True) as conn:
+        conn.execute(drop)  # left over from an interrupted run
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(server_uri, dbname=name)
+    finally:
+        with psycopg.connect(server_uri, autocommit=True) as conn:
+            conn.execute(drop)
 
 
 @pytest.fixture

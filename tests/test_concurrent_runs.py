@@ -5,8 +5,8 @@ the same moment, then reads the thread back with ``ctxgraph threads show`` and c
 with ``ctxgraph threads verify``. Some races use a small compaction trigger, so threads
 are compacted while the runs queue for them.
 
-``CTXGRAPH_RACE_REPS`` sets how many races of each size run (default 10; fewer for a quick
-local run).
+``CTXGRAPH_RACE_REPS`` sets how many races of each size run (default 2: one without and one
+with compaction; more for a longer soak).
 """
 
 from __future__ import annotations
@@ -25,9 +25,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ctxgraph.graph.cli.main import main
 from ctxgraph.store.persistence import open_persistence, thread_lock
-from tests.support.race import ANSWER_LINE, USER_LINE, Finished, ctxgraph_command, race
+from tests.support.race import ANSWER_LINE, USER_LINE, Finished, ctxgraph_command, gate, race
 
-REPS = int(os.environ.get("CTXGRAPH_RACE_REPS", "10"))
+REPS = int(os.environ.get("CTXGRAPH_RACE_REPS", "2"))
+"""Races per size. Each race is forced (see ``gate``): the test holds the thread until every
+racer waits for it, then lets them all go at once, so every repetition is a real race for
+the thread and one of each kind (with and without compaction) proves the guarantee that ten
+unforced ones only made likely."""
 SMALL_TRIGGER = {"CTXGRAPH_TRIGGER_MESSAGES": "12", "CTXGRAPH_KEEP_MESSAGES": "4"}
 BUSY = "ctxgraph: thread {thread} is busy: another run holds it (waited {wait} s)"
 
@@ -78,8 +82,9 @@ def assert_clean(finished: list[Finished]) -> None:
 
 @pytest.mark.parametrize("racers", [2, 4])
 def test_racing_cli_runs_keep_every_turn_once(
-    python: str, cli_env: dict[str, str], racers: int
+    python: str, cli_env: dict[str, str], database_uri: str, racers: int
 ) -> None:
+    assert REPS >= 2, "one race without and one with compaction"
     for rep in range(REPS):
         thread = f"race-{racers}-{rep}-{uuid.uuid4().hex[:8]}"
         env = dict(cli_env, **(SMALL_TRIGGER if rep % 2 else {}))
@@ -93,10 +98,14 @@ def test_racing_cli_runs_keep_every_turn_once(
             )
             for numbers in turns.values()
         ]
-        finished = race(commands, [env] * racers)
+        names = [f"{thread}-racer-{r}" for r in range(racers)]
+        envs = [dict(env, PGAPPNAME=name) for name in names]  # how ``gate`` tells them apart
+        with open_persistence(database_uri) as db, gate(db, thread, names) as held:
+            finished = race(commands, envs, started=held.open_when_all_wait)
 
         assert_clean(finished)
         assert [child.returncode for child in finished] == [0] * racers, finished
+        assert held.all_waited, "every racer waited for the thread before it was released"
         for child, numbers in zip(finished, turns.values(), strict=True):
             # One run's turns stay together: it holds the thread for all of them.
             assert [answer(n) for n in numbers] == [
