@@ -138,46 +138,50 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def langgraph_dev(log: Path) -> Iterator[str]:
-    """Run ``langgraph dev`` from the repo root; yield its base URL once it is ready."""
+def dev_server(folder: Path, env: dict[str, str], log: Path, *args: str) -> Iterator[str]:
+    """Run ``langgraph dev`` in ``folder`` on a free port; yield its base URL once it is ready.
+
+    The server's output goes to ``log``, and is printed (shown by pytest only when the
+    test fails) after the server and its process group have stopped.
+    """
     executable = Path(sys.executable).parent / "langgraph"
     assert executable.exists(), f"{executable} is missing: install the dev extras"
-    # The in-memory server persists threads under .langgraph_api/ in its working directory.
-    dev_data = REPO_ROOT / ".langgraph_api"
-    had_dev_data = dev_data.exists()
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        str(executable),
-        "dev",
-        "--no-browser",
-        "--no-reload",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
+    command = [str(executable), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1"]
+    command += ["--port", str(port), *args]
     with log.open("wb") as output:
         process = subprocess.Popen(
             command,
-            cwd=REPO_ROOT,
-            env=server_env(),
+            cwd=folder,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     try:
+        url = f"http://127.0.0.1:{port}"
         wait_until_ready(process, url, log)
         yield url
     finally:
         try:
             stop(process)
         finally:
-            # Shown by pytest only when the test fails.
             print(f"--- langgraph dev output ---\n{server_output(log)}")
-            if not had_dev_data:  # leave the work tree as the test found it
-                shutil.rmtree(dev_data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def langgraph_dev(log: Path) -> Iterator[str]:
+    """Run ``langgraph dev`` from the repo root; yield its base URL once it is ready."""
+    # The in-memory server persists threads under .langgraph_api/ in its working directory.
+    dev_data = REPO_ROOT / ".langgraph_api"
+    had_dev_data = dev_data.exists()
+    try:
+        with dev_server(REPO_ROOT, server_env(), log) as url:
+            yield url
+    finally:
+        if not had_dev_data:  # leave the work tree as the test found it
+            shutil.rmtree(dev_data, ignore_errors=True)
 
 
 def message_text(message: dict[str, Any]) -> str:

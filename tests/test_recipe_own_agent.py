@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -27,15 +25,7 @@ from langgraph_sdk import get_sync_client
 from ctxgraph import Context, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from tests.support.openai_server import OpenAIServer, Reply, ToolCall
-from tests.test_langgraph_dev import (
-    RUN_TIMEOUT,
-    free_port,
-    message_text,
-    server_env,
-    server_output,
-    stop,
-    wait_until_ready,
-)
+from tests.test_langgraph_dev import RUN_TIMEOUT, dev_server, message_text, server_env
 
 RECIPE = Path(__file__).resolve().parent.parent / "examples" / "own_agent"
 QUESTION = "Where is my order A-17?"
@@ -97,9 +87,6 @@ def test_recipe_as_a_subgraph_of_your_own_graph(monkeypatch: pytest.MonkeyPatch)
 @contextlib.contextmanager
 def recipe_dev_server(folder: Path, openai_url: str) -> Iterator[str]:
     """``langgraph dev`` in a copy of the recipe folder, its model on ``openai_url``."""
-    executable = Path(sys.executable).parent / "langgraph"
-    assert executable.exists(), f"{executable} is missing: install the dev extras"
-    port = free_port()
     env = server_env()
     for name in ("CTXGRAPH_MODEL", "CTXGRAPH_SKILLS_DIRS", "CTXGRAPH_SUBAGENTS_DIR"):
         env.pop(name, None)
@@ -107,27 +94,8 @@ def recipe_dev_server(folder: Path, openai_url: str) -> Iterator[str]:
         {"OPENAI_BASE_URL": openai_url, "OPENAI_API_KEY": "test-key", "MY_AGENT_MODEL": "gpt-test"}
     )
     log = folder.parent / "langgraph-dev.log"
-    command = [str(executable), "dev", "--no-browser", "--no-reload", "--port", str(port)]
-    command += ["--host", "127.0.0.1", "--config", "langgraph.json"]
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command,
-            cwd=folder,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_ready(process, url, log)
+    with dev_server(folder, env, log, "--config", "langgraph.json") as url:
         yield url
-    finally:
-        try:
-            stop(process)
-        finally:
-            print(f"--- langgraph dev output ---\n{server_output(log)}")
 
 
 @pytest.mark.server
