@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ctxgraph"
+"""The package tree: the real folders of the layers (the top-level names only link here)."""
 NAMESPACE = "ctxgraph"
 LAYERS = ("state", "store", "nodes", "graph")
 """The packages, lowest layer first."""
@@ -246,8 +248,8 @@ def repository() -> tuple[Source, ...]:
     """Every module under the layer folders."""
     sources: list[Source] = []
     for layer in LAYERS:
-        for file in sorted((ROOT / layer).rglob("*.py")):
-            relative = file.relative_to(ROOT)
+        for file in sorted((PACKAGE / layer).rglob("*.py")):
+            relative = file.relative_to(PACKAGE)
             parts = [NAMESPACE, *relative.with_suffix("").parts]
             is_package = parts[-1] == "__init__"
             if is_package:

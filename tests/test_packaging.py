@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -15,8 +16,11 @@ import pytest
 
 from tests.support.cli import REPO_ROOT
 
-SOURCES = ("ctxgraph", "graph", "nodes", "state", "store", "pyproject.toml", "README.md")
-"""What a build needs from the repository (``ctxgraph/`` links to the four code folders)."""
+SOURCES = ("ctxgraph", "pyproject.toml", "README.md")
+"""What a build needs from the repository: the package tree, its metadata and readme."""
+
+LAYERS = ("graph", "nodes", "state", "store")
+"""The four code folders: real under ``ctxgraph/``, links at the top level for readers."""
 
 USER_MODULES = {
     "state.py": "KIND = 'the user project state module'\n",
@@ -118,6 +122,36 @@ def test_the_wheel_holds_only_the_ctxgraph_package(wheel: Path) -> None:
         assert f"ctxgraph/{module}" in files
     assert "ctxgraph/store/memory/repository.py" in files
     assert "ctxgraph/py.typed" in files
+
+
+def _checkout_modules() -> set[str]:
+    package = REPO_ROOT / "ctxgraph"
+    return {
+        f"ctxgraph/{file.relative_to(package).as_posix()}"
+        for file in package.rglob("*.py")
+        if "__pycache__" not in file.parts
+    }
+
+
+def test_the_checkout_has_one_real_path_per_module() -> None:
+    package = REPO_ROOT / "ctxgraph"
+    links = [path for path in package.rglob("*") if path.is_symlink()]
+    assert links == [], f"the package tree must hold real files only: {links}"
+    for layer in LAYERS:
+        top = REPO_ROOT / layer
+        assert top.is_symlink(), f"{layer}/ should link to ctxgraph/{layer}"
+        assert top.resolve() == (package / layer).resolve()
+
+
+def test_the_wheel_holds_real_files_only_one_per_module(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        entries = archive.infolist()
+    links = [e.filename for e in entries if stat.S_ISLNK(e.external_attr >> 16)]
+    assert links == []
+    names = [e.filename for e in entries]
+    assert len(names) == len(set(names)), "a path appears twice in the wheel"
+    modules = {name for name in names if name.endswith(".py")}
+    assert modules == _checkout_modules()
 
 
 def test_the_wheel_runs_a_turn_beside_a_project_with_its_own_state_and_store(
