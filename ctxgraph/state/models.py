@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from langchain_core.language_models import BaseChatModel
 
 SCRIPTED_MODEL_NAME = "scripted"
-"""Value of ``CTXGRAPH_MODEL`` that selects the offline demo model (``state.demo_model``)."""
+"""Value of ``CTXGRAPH_MODEL`` that selects the offline demo model (``state.demo_replies``)."""
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 """Endpoint used when ``OPENAI_BASE_URL`` is not set."""
@@ -42,7 +42,18 @@ class ModelConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Models:
-    """Chat models for each role; ``summary`` and ``memory`` fall back to ``main``."""
+    """Chat models for each role; ``summary`` and ``memory`` fall back to ``main``.
+
+    Args:
+        main: The model that answers the user and calls the tools.
+        summary: The model that writes compaction summaries; None uses ``main``.
+        memory: The model that extracts long-term memory; None uses ``main``.
+
+    Raises:
+        ModelConfigError: ``main`` is not a LangChain chat model (``BaseChatModel``), or
+            ``summary`` or ``memory`` is neither one nor None; the message names the role.
+
+    """
 
     main: BaseChatModel
     summary: BaseChatModel | None = None
@@ -82,7 +93,22 @@ class Models:
     ) -> Models:
         """Build ``ChatOpenAI`` models for the three roles on one OpenAI-compatible endpoint.
 
-        ``timeout`` (seconds per request) and ``max_retries`` apply to every role.
+        Args:
+            model: The main model's name.
+            summary_model: The summary model's name; None (or ``model``) uses the main one.
+            memory_model: The memory model's name; None (or ``model``) uses the main one.
+            base_url: The endpoint; None is OpenAI's (then ``api_key`` is required).
+            api_key: The endpoint's key; a local server needs none.
+            timeout: Seconds one request may take, for every role.
+            max_retries: Retries of a failed request, for every role.
+
+        Returns:
+            The models, sharing one endpoint, key and limits.
+
+        Raises:
+            ModelConfigError: Neither ``api_key`` nor ``base_url`` is given, or ``timeout``
+                or ``max_retries`` is unusable.
+
         """
         from langchain_openai import ChatOpenAI
         from pydantic import SecretStr
@@ -116,14 +142,32 @@ class Models:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Models:
-        """Read ``CTXGRAPH_MODEL`` and friends from ``environ`` (pass ``os.environ``)."""
+        """Read ``CTXGRAPH_MODEL`` and friends from ``environ`` (pass ``os.environ``).
+
+        Args:
+            environ: The environment. ``CTXGRAPH_MODEL`` names the main model
+                (``scripted``: the offline demo model in every role);
+                ``CTXGRAPH_SUMMARY_MODEL`` and ``CTXGRAPH_MEMORY_MODEL`` the other roles';
+                ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` the endpoint;
+                ``CTXGRAPH_REQUEST_TIMEOUT`` and ``CTXGRAPH_MAX_RETRIES`` the limits.
+
+        Returns:
+            The configured models; nothing is contacted yet.
+
+        Raises:
+            ModelConfigError: ``CTXGRAPH_MODEL`` is not set, a remote endpoint has no
+                ``OPENAI_API_KEY``, or a limit is unusable; the message says what to set.
+
+        """
         name = environ.get("CTXGRAPH_MODEL", "").strip()
         if not name:
             raise ModelConfigError(ENVIRONMENT_HELP)
         if name == SCRIPTED_MODEL_NAME:
-            from ctxgraph.state.demo_model import demo_models
+            # Imported here, not at the top, so that importing this module loads no demo code.
+            from ctxgraph.state.demo_replies import demo_role_models
 
-            return demo_models()
+            main, summary, memory = demo_role_models()
+            return cls(main=main, summary=summary, memory=memory)
         base_url = environ.get("OPENAI_BASE_URL", "").strip()
         api_key = environ.get("OPENAI_API_KEY", "").strip()
         if not api_key and not is_local_endpoint(base_url):

@@ -7,31 +7,25 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Literal, Self
 
+from ctxgraph.state.settings_checks import SettingsError, check_settings, split_paths
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "ENVIRONMENT_SETTINGS",
+    "Settings",
+    "SettingsError",
+    "parse_flag",
+    "split_paths",
+]
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful assistant working inside a long-running session. "
     "Use the tools you are given when they help, and say plainly when you do not know."
 )
 
 
-class SettingsError(ValueError):
-    """A setting has a value that cannot work; the message names it and what would."""
-
-
 _EXPLICIT = "_explicit_fields"
 """Instance attribute (not a field) holding the names given when the instance was built."""
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require_int(name: str, value: object, *, minimum: int, example: int) -> None:
-    example = max(example, minimum)  # the suggested value must satisfy the rule itself
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise SettingsError(
-            f"Settings.{name} must be a whole number of at least {minimum} "
-            f"(for example {example}), got {value!r}"
-        )
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -42,6 +36,19 @@ class Settings:
     (:attr:`explicit_fields`), so a run's settings can override only those fields of the
     graph's build-time settings (:meth:`merged_onto`). Equality, hashing and ``repr``
     compare the field values only.
+
+    Args:
+        **given: Any of the fields below, by name; each field's ``metadata`` describes it
+            (``dataclasses.fields(Settings)``). A LangGraph server's JSON values are
+            accepted too: lists for the tuples, a mapping for ``offload_tool_tokens``, a
+            ``:``-separated string for ``skills_dirs``.
+
+    Raises:
+        SettingsError: A ``ValueError``: a field has a value that cannot work, alone or
+            with the others (``summary_max_tokens`` must stay below ``trigger_tokens``,
+            ...). The message names the setting and a value that would work; the rules
+            are in ``state.settings_checks``.
+
     """
 
     system_prompt: str = field(
@@ -355,225 +362,7 @@ class Settings:
         return instance
 
     def __post_init__(self) -> None:
-        if not isinstance(self.system_prompt, str) or not self.system_prompt.strip():
-            raise SettingsError(
-                f"Settings.system_prompt must be a non-empty string, got {self.system_prompt!r}"
-            )
-        window = self.context_window
-        if window is not None and (not _is_int(window) or window < 256):
-            raise SettingsError(
-                "Settings.context_window must be an integer of at least 256 tokens "
-                f"(for example 128000) or None, got {window!r}"
-            )
-        _require_int("keep_messages", self.keep_messages, minimum=1, example=8)
-        _require_int(
-            "trigger_messages", self.trigger_messages, minimum=self.keep_messages + 2, example=60
-        )
-        _require_int("trigger_tokens", self.trigger_tokens, minimum=500, example=18_000)
-        _require_int("summary_max_tokens", self.summary_max_tokens, minimum=100, example=1_500)
-        if self.summary_max_tokens >= self.trigger_tokens:
-            raise SettingsError(
-                f"Settings.summary_max_tokens ({self.summary_max_tokens}) must be below "
-                f"trigger_tokens ({self.trigger_tokens}), or a summary could never fit"
-            )
-        _require_int(
-            "summary_input_budget", self.summary_input_budget, minimum=1_000, example=12_000
-        )
-        _require_int("ledger_max_tool_calls", self.ledger_max_tool_calls, minimum=1, example=40)
-        _require_int("ledger_max_identifiers", self.ledger_max_identifiers, minimum=1, example=200)
-        _require_int("ledger_max_tokens", self.ledger_max_tokens, minimum=100, example=1_000)
-        share = self.ledger_constraint_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise SettingsError(
-                "Settings.ledger_constraint_share must be a number in (0, 1], for example 0.4, "
-                f"got {share!r}"
-            )
-        if self.summary_max_tokens + self.ledger_budget >= self.trigger_tokens:
-            raise SettingsError(
-                f"Settings.summary_max_tokens + ledger_max_tokens ({self.summary_max_tokens} + "
-                f"{self.ledger_budget}) must stay below trigger_tokens "
-                f"({self.trigger_tokens}), or a compacted request could never fit"
-            )
-        target = self.compaction_target
-        if (
-            isinstance(target, bool)
-            or not isinstance(target, (int, float))
-            or not 0.3 <= target <= 1
-        ):
-            raise SettingsError(
-                f"Settings.compaction_target must be a number from 0.3 to 1, for example 0.85, "
-                f"got {target!r}"
-            )
-        fraction = self.trigger_fraction
-        if fraction is not None and (
-            isinstance(fraction, bool)
-            or not isinstance(fraction, (int, float))
-            or not 0 < fraction <= 1
-        ):
-            raise SettingsError(
-                "Settings.trigger_fraction must be a number in (0, 1], for example 0.8, "
-                f"or None, got {fraction!r}"
-            )
-        self._check_background()
-        if self.memory_extraction not in ("inline", "deferred", "off"):
-            raise SettingsError(
-                "Settings.memory_extraction must be 'inline', 'deferred' or 'off', "
-                f"got {self.memory_extraction!r}"
-            )
-        threshold = self.confidence_threshold
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, (int, float))
-            or not (0 <= threshold <= 1)
-        ):
-            raise SettingsError(
-                f"Settings.confidence_threshold must be a number from 0 to 1, got {threshold!r}"
-            )
-        quiet = self.memory_quiet_seconds
-        if isinstance(quiet, bool) or not isinstance(quiet, (int, float)) or quiet < 0:
-            raise SettingsError(
-                f"Settings.memory_quiet_seconds must be a number of seconds >= 0, got {quiet!r}"
-            )
-        if self.memory_mode not in ("auto", "tool", "off"):
-            raise SettingsError(
-                f"Settings.memory_mode must be 'auto', 'tool' or 'off', got {self.memory_mode!r}"
-            )
-        _require_int("memory_budget", self.memory_budget, minimum=50, example=2_000)
-        _require_int("correction_budget", self.correction_budget, minimum=1, example=500)
-        if self.memory_age_from not in ("created", "confirmed"):
-            raise SettingsError(
-                "Settings.memory_age_from must be 'created' or 'confirmed', "
-                f"got {self.memory_age_from!r}"
-            )
-        _require_int(
-            "memory_search_max_tokens", self.memory_search_max_tokens, minimum=50, example=900
-        )
-        _require_int("offload_tokens", self.offload_tokens, minimum=0, example=20_000)
-        overrides = self.offload_tool_tokens
-        if isinstance(overrides, Mapping):
-            overrides = tuple(sorted(overrides.items()))
-            object.__setattr__(self, "offload_tool_tokens", overrides)
-        elif isinstance(overrides, list):  # JSON pairs from a LangGraph server
-            overrides = tuple(tuple(pair) if isinstance(pair, list) else pair for pair in overrides)
-            object.__setattr__(self, "offload_tool_tokens", overrides)
-        if not isinstance(overrides, tuple) or not all(
-            isinstance(pair, tuple)
-            and len(pair) == 2
-            and isinstance(pair[0], str)
-            and _is_int(pair[1])
-            and pair[1] >= 0
-            for pair in overrides
-        ):
-            raise SettingsError(
-                "Settings.offload_tool_tokens must map tool names to whole numbers of tokens "
-                f"(0 or more), for example {{'read_file': 40000}}, got {overrides!r}"
-            )
-        _require_int("offload_input_tokens", self.offload_input_tokens, minimum=0, example=50_000)
-        fraction_args = self.offload_args_fraction
-        if (
-            isinstance(fraction_args, bool)
-            or not isinstance(fraction_args, (int, float))
-            or not 0 < fraction_args <= 1
-        ):
-            raise SettingsError(
-                "Settings.offload_args_fraction must be a number in (0, 1], for example "
-                f"0.85, got {fraction_args!r}"
-            )
-        _require_int(
-            "offload_args_min_tokens", self.offload_args_min_tokens, minimum=1, example=500
-        )
-        _require_int(
-            "artifact_quota_bytes", self.artifact_quota_bytes, minimum=1, example=200_000_000
-        )
-        if not isinstance(self.read_only_tools, tuple) or not all(
-            isinstance(name, str) for name in self.read_only_tools
-        ):
-            raise SettingsError(
-                "Settings.read_only_tools must be a tuple of tool names, "
-                f"got {self.read_only_tools!r}"
-            )
-        self._check_skills()
-        self._check_subagents()
-
-    def _check_background(self) -> None:
-        if self.compaction_mode not in ("inline", "background"):
-            raise SettingsError(
-                "Settings.compaction_mode must be 'inline' or 'background', "
-                f"got {self.compaction_mode!r}"
-            )
-        fraction = self.background_fraction
-        if not _is_number(fraction) or not 0 < fraction < 1:
-            raise SettingsError(
-                "Settings.background_fraction must be a number between 0 and 1 (both "
-                f"excluded), for example 0.7, got {fraction!r}"
-            )
-        wait = self.background_wait_s
-        if not _is_number(wait) or not wait >= 0:
-            raise SettingsError(
-                f"Settings.background_wait_s must be a number of seconds, 0 or more, for "
-                f"example 10, got {wait!r}"
-            )
-        lease = self.compaction_lease_s
-        if not _is_number(lease) or not lease >= 1:
-            raise SettingsError(
-                f"Settings.compaction_lease_s must be a number of seconds, at least 1, for "
-                f"example 120, got {lease!r}"
-            )
-
-    def _check_subagents(self) -> None:
-        _require_int(
-            "subagent_result_tokens", self.subagent_result_tokens, minimum=100, example=2_000
-        )
-        _require_int("subagent_max_parallel", self.subagent_max_parallel, minimum=1, example=3)
-        _require_int("subagent_max_per_run", self.subagent_max_per_run, minimum=1, example=6)
-        _require_int("subagent_max_steps", self.subagent_max_steps, minimum=4, example=150)
-        _require_int("subagent_max_depth", self.subagent_max_depth, minimum=1, example=1)
-        timeout = self.subagent_timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise SettingsError(
-                "Settings.subagent_timeout_s must be a number of seconds above 0, for example "
-                f"1800, got {timeout!r}"
-            )
-        if not isinstance(self.subagent_general_purpose, bool):
-            raise SettingsError(
-                "Settings.subagent_general_purpose must be True or False, "
-                f"got {self.subagent_general_purpose!r}"
-            )
-
-    def _check_skills(self) -> None:
-        dirs = self.skills_dirs
-        if isinstance(dirs, str):
-            dirs = split_paths(dirs)
-        elif isinstance(dirs, list):  # JSON from a LangGraph server
-            dirs = tuple(dirs)
-        object.__setattr__(self, "skills_dirs", dirs)
-        if not isinstance(dirs, tuple) or not all(isinstance(d, str) and d for d in dirs):
-            raise SettingsError(
-                "Settings.skills_dirs must be a tuple of folder paths, for example "
-                f"('./skills',), got {self.skills_dirs!r}"
-            )
-        disabled = self.skills_disabled
-        if isinstance(disabled, list):
-            disabled = tuple(disabled)
-            object.__setattr__(self, "skills_disabled", disabled)
-        if not isinstance(disabled, tuple) or not all(isinstance(n, str) for n in disabled):
-            raise SettingsError(
-                "Settings.skills_disabled must be a tuple of skill names, for example "
-                f"('report-writer',), got {self.skills_disabled!r}"
-            )
-        if not isinstance(self.skills_from_store, bool):
-            raise SettingsError(
-                f"Settings.skills_from_store must be True or False, got {self.skills_from_store!r}"
-            )
-        _require_int("max_active_skills", self.max_active_skills, minimum=1, example=8)
-        for name in ("skills_list_budget", "skills_reinject_budget"):
-            value = getattr(self, name)
-            if value is not None:
-                _require_int(name, value, minimum=50, example=2_000)
-        if self.skill_policy not in ("enforce", "advisory"):
-            raise SettingsError(
-                f"Settings.skill_policy must be 'enforce' or 'advisory', got {self.skill_policy!r}"
-            )
+        check_settings(self)  # the rules of state.settings_checks, feature by feature
 
     def skills_list_tokens(self, window: int | None) -> int:
         """Tokens the skill listing may use: the setting, else min(1% of ``window``, 2,000)."""
@@ -638,7 +427,18 @@ class Settings:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> Settings:
-        """Build settings from a plain mapping (as a LangGraph server sends them)."""
+        """Build settings from a plain mapping (as a LangGraph server sends them).
+
+        Args:
+            values: Setting names to values; JSON values are accepted (see ``Settings``).
+
+        Returns:
+            The settings, with the names of ``values`` as their explicit fields.
+
+        Raises:
+            SettingsError: A name is not a setting, or a value cannot work.
+
+        """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -647,7 +447,20 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
-        """Read the settings that have environment variables (pass ``os.environ``)."""
+        """Read the settings that have environment variables (pass ``os.environ``).
+
+        Args:
+            environ: The environment; the variables are those of ``ENVIRONMENT_SETTINGS``,
+                and an unset or blank one leaves its setting at the default.
+
+        Returns:
+            The settings, with the variables' settings as their explicit fields.
+
+        Raises:
+            SettingsError: A variable's text is not of its setting's type, or its value
+                cannot work; the message names the variable or the setting.
+
+        """
         values: dict[str, Any] = {}
         for variable, (name, kind) in ENVIRONMENT_SETTINGS.items():
             raw = environ.get(variable, "").strip()
@@ -708,16 +521,6 @@ def _merge(
             f"graph's build-time settings are invalid: {error}"
         ) from error
     return _with_explicit(merged, base_explicit | override_explicit)
-
-
-def _is_number(value: object) -> bool:
-    """True for an int or float that is not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def split_paths(raw: str) -> tuple[str, ...]:
-    """Folder paths from a ``:``-separated list (as in ``PATH``); empty parts are dropped."""
-    return tuple(part.strip() for part in raw.split(":") if part.strip())
 
 
 def parse_flag(raw: str) -> bool:

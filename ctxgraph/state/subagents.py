@@ -40,6 +40,20 @@ class SubagentSpec:
 
     ``tools`` are the child's own tools (the artifact readers are always added);
     ``model=None`` means the graph's main model.
+
+    Args:
+        name: What the main model passes as ``task``'s ``subagent_type``: lowercase
+            letters, digits, ``-`` and ``_``, at most 64 characters (``researcher``).
+        description: When to use this subagent, as the ``task`` tool lists it.
+        system_prompt: The child's system rules.
+        tools: The child's own LangChain tools; stored as a tuple.
+        model: The child's chat model; None uses the graph's main model.
+
+    Raises:
+        SubagentSpecError: A ``ValueError``: the name does not match ``NAME_PATTERN``,
+            the description or system prompt is empty, a tool is not a LangChain tool,
+            or the model is not a chat model; the message names the spec and the field.
+
     """
 
     name: str
