@@ -231,9 +231,9 @@ def test_worker_graph_reads_the_model_when_it_runs(monkeypatch: pytest.MonkeyPat
 
 def test_langgraph_json_registers_the_worker() -> None:
     config = json.loads((REPO_ROOT / "langgraph.json").read_text())
-    assert config["graphs"]["ctxgraph"] == "./graph/agent.py:graph"
-    assert config["graphs"]["memory_worker"] == "./graph/memory_worker.py:graph"
-    assert config["graphs"]["compaction_worker"] == "./graph/compaction_worker.py:graph"
+    assert config["graphs"]["ctxgraph"] == "./ctxgraph/graph/agent.py:graph"
+    assert config["graphs"]["memory_worker"] == "./ctxgraph/graph/memory_worker.py:graph"
+    assert config["graphs"]["compaction_worker"] == "./ctxgraph/graph/compaction_worker.py:graph"
 
 
 def test_run_first_processes_due_extractions_left_queued(

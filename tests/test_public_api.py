@@ -20,6 +20,11 @@ def test_the_promised_imports_and_signatures() -> None:
         "models",
         "tools",
         "settings",
+        "summary_prompt",
+        "extraction_prompt",
+        "token_counter",
+        "tool_wrappers",
+        "ranker",
         "subagents",
         "compaction_queue",
     ]

@@ -12,6 +12,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
 from ctxgraph.graph.delegation import build_delegation
+from ctxgraph.graph.extensions import Extensions
 from ctxgraph.graph.input_check import attach_input_check
 from ctxgraph.graph.paired_node import paired_node as _node
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
@@ -38,7 +39,9 @@ from ctxgraph.state.graph_state import AgentState, InputState, OutputState
 from ctxgraph.state.models import Models, input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
-from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.state.tokens import MessageCount
+from ctxgraph.store.memory.ranking import Ranker
+from ctxgraph.store.memory.repository import RepositoryFactory
 
 Graph = CompiledStateGraph[AgentState, Context, InputState, OutputState]
 Builder = StateGraph[AgentState, Context, InputState, OutputState]
@@ -50,43 +53,90 @@ def create_builder(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
     head: ThreadHead | None = None,
+    summary_prompt: str | None = None,
+    extraction_prompt: str | None = None,
+    token_counter: MessageCount | None = None,
+    tool_wrappers: Sequence[ToolWrapper] = (),
+    ranker: Ranker | None = None,
     subagents: Sequence[SubagentSpec] | bool = (),
     compaction_queue: JobQueue | None = None,
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence.
 
-    ``head`` reads a thread's committed compaction mark and window, so a compaction
-    commits only if the thread has not moved on while it ran; pass
-    ``checkpoint_head(saver)`` when compiling with your own checkpointer.
-
     With ``settings.memory_extraction == "off"`` the graph has no extraction nodes (no
     ``flush``, no ``extract_memory``), and with ``settings.memory_mode == "off"`` no
     ``load_memory`` node and no ``memory_search`` tool; otherwise per-run settings choose.
+    Compile it with ``compile_graph`` to get the input checks ``build_graph`` attaches.
 
-    ``subagents`` (``SubagentSpec`` instances, or True for the general-purpose subagent
-    alone) adds the ``task`` tool and a ``subagent`` node that runs each call's child.
+    Args:
+        models: The chat models: ``main``, and ``summary`` and ``memory`` (each falls
+            back to ``main``).
+        tools: The caller's tools, bound to the main model before the built-in ones.
+        settings: The graph's settings; a run's ``Context.settings`` override the fields
+            they set. None is ``Settings()``.
+        head: Reads a thread's committed compaction mark and window, so a compaction
+            commits only if the thread has not moved on while it ran; pass
+            ``checkpoint_head(saver)`` when compiling with your own checkpointer.
+        subagents: ``SubagentSpec`` instances, or True for the general-purpose subagent
+            alone: adds the ``task`` tool and a ``subagent`` node that runs each call's
+            child.
+        compaction_queue: Receives the background compaction jobs of async runs (on a
+            LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker``
+            runs); without it a job is a daemon thread of the process.
+        summary_prompt: A template replacing ``SUMMARY_PROMPT`` in every summary call,
+            inline and in the background.
+        extraction_prompt: A template replacing ``EXTRACTION_PROMPT`` of memory
+            extraction, with the placeholders ``{profile}``, ``{facts}`` and
+            ``{conversation}`` (required).
+        token_counter: Counts the tokens of a list of messages (e.g.
+            ``count_tokens_approximately``) for every window and budget decision: the
+            triggers, the summary chunks, the memory budget, the result offloading and
+            the ``memory_search`` result cap. None counts with the offline tiktoken
+            encoding.
+        tool_wrappers: ``ToolWrapper``s around every call of the ``tools`` node, the
+            first outermost, all outside the built-in ones: the skill policy gate, then
+            the result offloader. So a wrapper sees each call before the policy refuses
+            it, and the result as the model will see it (a stub once offloaded).
+        ranker: Orders ``memory_search`` results and the memory view's matches (see
+            ``ctxgraph.store.memory.ranking.Ranker``); None keeps ``final_score``.
 
-    ``compaction_queue`` receives the background compaction jobs of async runs (on a
-    LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker`` runs);
-    without it a job is a daemon thread of the process.
+    Returns:
+        The ``StateGraph`` builder, not compiled.
+
+    Raises:
+        PromptTemplateError: ``summary_prompt`` or ``extraction_prompt`` cannot be filled.
+        TypeError: ``token_counter``, ``ranker`` or a tool wrapper has the wrong shape.
+        ValueError: Two tools share a name.
+        SettingsError: The settings are invalid together.
+
     """
     settings = settings or Settings()
+    extensions = Extensions.checked(
+        summary_prompt=summary_prompt,
+        extraction_prompt=extraction_prompt,
+        token_counter=token_counter,
+        tool_wrappers=tool_wrappers,
+        ranker=ranker,
+    )
     with_loading = settings.memory_mode != "off"
-    parts = _Parts(models, tools, settings, subagents)
+    parts = _Parts(models, tools, settings, subagents, extensions)
     all_tools, requests, skills, delegation = (
         parts.tools,
         parts.requests,
         parts.skills,
         parts.delegation,
     )
-    wrappers: list[ToolWrapper] = [ResultOffloader(models.main, settings)]
-    if skills is not None:
-        wrappers.insert(0, SkillPolicyGate(skills, settings, [t.name for t in all_tools]))
     model = ModelNode(
         models.main, all_tools, settings, requests, skills, delegates=delegation is not None
     )
     compact = CompactNode(
-        models, requests, settings, parts.counter, head=head, queue=compaction_queue
+        models,
+        requests,
+        settings,
+        parts.counter,
+        head=head,
+        queue=compaction_queue,
+        summary_prompt=extensions.summary_prompt,
     )
     with_memory = settings.memory_extraction != "off"
 
@@ -95,11 +145,11 @@ def create_builder(
     )
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(all_tools, wrappers))
+    builder.add_node("tools", tools_node(all_tools, parts.wrappers(models, settings)))
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
-        memory = MemoryNodes(models, compact, settings)
+        memory = MemoryNodes(models, compact.planner, settings, extraction_prompt=extraction_prompt)
         builder.add_node("flush", _node(memory.flush, memory.aflush, name="flush"))
         builder.add_node(
             "extract_memory",
@@ -113,7 +163,7 @@ def create_builder(
     }
     finish = "extract_memory" if with_memory else END
     if with_loading:
-        loader = MemoryLoader(settings)
+        loader = MemoryLoader(settings, repositories=parts.repositories, counter=parts.counter)
         builder.add_node("load_memory", _node(loader.load, loader.aload, name="load_memory"))
         builder.add_edge(START, "load_memory")
         builder.add_conditional_edges("load_memory", compact.route, before_model)
@@ -139,21 +189,24 @@ def create_builder(
 
 
 def graph_tools(
-    tools: Sequence[BaseTool], settings: Settings, skills: SkillSources | None
+    tools: Sequence[BaseTool],
+    settings: Settings,
+    skills: SkillSources | None,
+    *,
+    parts: _Parts | None = None,
 ) -> list[BaseTool]:
     """Every tool the graph binds, in binding order.
 
     ``tools``, the skill tools (given ``skills``), the built-in readers, and
-    ``memory_search`` unless ``settings.memory_mode`` is off.
+    ``memory_search`` unless ``settings.memory_mode`` is off; that one searches through
+    the repositories and counts with the counter of ``parts`` when given.
     """
     skill_tools = SkillTools(skills, settings).tools() if skills is not None else []
-    return _with_builtin_tools(
-        [*tools, *skill_tools], settings, memory_search=settings.memory_mode != "off"
-    )
+    return _with_builtin_tools([*tools, *skill_tools], settings, parts)
 
 
 def _with_builtin_tools(
-    tools: Sequence[BaseTool], settings: Settings, *, memory_search: bool
+    tools: Sequence[BaseTool], settings: Settings, parts: _Parts | None
 ) -> list[BaseTool]:
     """The caller's tools plus the built-in readers (and ``memory_search``); names are unique.
 
@@ -161,8 +214,13 @@ def _with_builtin_tools(
     ``grep_artifact`` (offloaded content).
     """
     all_tools = [*tools, read_history_tool(), read_artifact_tool(), grep_artifact_tool()]
-    if memory_search:
-        all_tools.append(memory_search_tool(settings))
+    if settings.memory_mode != "off":
+        if parts is None:
+            all_tools.append(memory_search_tool(settings))
+        else:
+            all_tools.append(
+                memory_search_tool(settings, repositories=parts.repositories, counter=parts.counter)
+            )
     names = [t.name for t in all_tools]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -171,7 +229,7 @@ def _with_builtin_tools(
 
 
 class _Parts:
-    """The tools and the request builder a graph of these models, tools and settings has."""
+    """The tools, counter, repositories and request builder a graph of these arguments has."""
 
     def __init__(
         self,
@@ -179,12 +237,17 @@ class _Parts:
         tools: Sequence[BaseTool],
         settings: Settings,
         subagents: Sequence[SubagentSpec] | bool,
+        extensions: Extensions,
     ) -> None:
+        self.extensions = extensions
+        self.counter = extensions.counter()
+        """The graph's one token counter: the requests, compaction, memory and offloading."""
+        self.repositories: RepositoryFactory = extensions.repositories(settings)
+        """The memory repositories of the view and ``memory_search``, with the ranker."""
         self.skills = SkillSources() if has_sources(settings) else None
         self.delegation = build_delegation(subagents, models.main, tools, settings)
         own_tools = [*tools, self.delegation.tool] if self.delegation else list(tools)
-        self.tools = graph_tools(own_tools, settings, self.skills)
-        self.counter = TokenCounter()
+        self.tools = graph_tools(own_tools, settings, self.skills, parts=self)
         skill_requests = None
         if self.skills is not None:
             main = models.main
@@ -195,22 +258,41 @@ class _Parts:
             )
         self.requests = RequestBuilder(self.tools, self.counter, skill_requests)
 
+    def wrappers(self, models: Models, settings: Settings) -> list[ToolWrapper]:
+        """The tools node's wrappers, the first outermost.
+
+        The caller's ``tool_wrappers`` in their order, then the skill policy gate (with
+        skill sources), then the result offloader, innermost, next to the tool.
+        """
+        wrappers: list[ToolWrapper] = [*self.extensions.tool_wrappers]
+        if self.skills is not None:
+            names = [t.name for t in self.tools]
+            wrappers.append(SkillPolicyGate(self.skills, settings, names))
+        wrappers.append(ResultOffloader(models.main, settings, counter=self.counter))
+        return wrappers
+
 
 def compaction_node(
     *,
     models: Models,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
+    summary_prompt: str | None = None,
+    token_counter: MessageCount | None = None,
     subagents: Sequence[SubagentSpec] | bool = (),
 ) -> CompactNode:
     """The ``compact`` node a graph built with these arguments has, on its own.
 
     It measures requests exactly as that graph does, so tools outside a run (the
     ``ctxgraph threads compact`` command) split and check a thread as a turn would.
+    ``summary_prompt`` and ``token_counter`` are those of ``create_builder``.
     """
     settings = settings or Settings()
-    parts = _Parts(models, tools, settings, subagents)
-    return CompactNode(models, parts.requests, settings, parts.counter)
+    extensions = Extensions.checked(summary_prompt=summary_prompt, token_counter=token_counter)
+    parts = _Parts(models, tools, settings, subagents, extensions)
+    return CompactNode(
+        models, parts.requests, settings, parts.counter, summary_prompt=summary_prompt
+    )
 
 
 def build_graph(
@@ -220,16 +302,47 @@ def build_graph(
     models: Models | None = None,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
+    summary_prompt: str | None = None,
+    extraction_prompt: str | None = None,
+    token_counter: MessageCount | None = None,
+    tool_wrappers: Sequence[ToolWrapper] = (),
+    ranker: Ranker | None = None,
     subagents: Sequence[SubagentSpec] | bool = (),
     compaction_queue: JobQueue | None = None,
 ) -> Graph:
-    """Build and compile the graph; ``models=None`` reads the models from the environment.
-
-    ``subagents`` and ``compaction_queue`` are described at ``create_builder``.
+    """Build and compile the graph, with input checks attached.
 
     A ``checkpointer`` needs a ``store`` too (see ``compile_graph``); with neither, the
     graph gets both from a LangGraph server or from a parent graph at run time. To run
     inside a parent graph, use ``ctxgraph.graph.as_subgraph``.
+
+    Args:
+        checkpointer: Any LangGraph checkpointer; the threads' state lives there.
+        store: Any LangGraph Store: long-term memory, the archive of folded messages and
+            the offloaded artifacts live there. Required with ``checkpointer``.
+        models: The chat models; None reads them from the environment
+            (``Models.from_env(os.environ)``).
+        tools: The caller's tools.
+        settings: The graph's settings (None is ``Settings()``).
+        subagents: Subagents for the ``task`` tool, as at ``create_builder``.
+        compaction_queue: Where background compaction jobs go, as at ``create_builder``.
+        summary_prompt: Replaces ``SUMMARY_PROMPT``, as at ``create_builder``.
+        extraction_prompt: Replaces ``EXTRACTION_PROMPT``, as at ``create_builder``.
+        token_counter: Counts the tokens of a list of messages, as at ``create_builder``.
+        tool_wrappers: Wrap every tool call outside the built-in wrappers, the first
+            outermost, as at ``create_builder``.
+        ranker: Orders memory search results and the memory view, as at
+            ``create_builder``.
+
+    Returns:
+        The compiled graph; run it with ``context=Context(user_id=...)``.
+
+    Raises:
+        ValueError: A ``checkpointer`` without a ``store``, or two tools share a name.
+        ModelConfigError: ``models=None`` and the environment configures no usable model.
+        PromptTemplateError: ``summary_prompt`` or ``extraction_prompt`` cannot be filled.
+        TypeError: ``token_counter``, ``ranker`` or a tool wrapper has the wrong shape.
+
     """
     check_persistence(checkpointer, store)
     builder = create_builder(
@@ -239,6 +352,11 @@ def build_graph(
         head=checkpoint_head(checkpointer),
         subagents=subagents,
         compaction_queue=compaction_queue,
+        summary_prompt=summary_prompt,
+        extraction_prompt=extraction_prompt,
+        token_counter=token_counter,
+        tool_wrappers=tool_wrappers,
+        ranker=ranker,
     )
     return compile_graph(builder, checkpointer=checkpointer, store=store)
 

@@ -9,6 +9,7 @@ and stores the result in the server's Store, where the thread's next steps find 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
 from langchain_core.messages import AnyMessage, messages_from_dict
@@ -20,7 +21,7 @@ from langgraph.store.base import BaseStore
 from ctxgraph.nodes.compaction.background import BackgroundJobs, JobSnapshot
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.job_queue import settings_from_values
-from ctxgraph.nodes.compaction.node import summary_check
+from ctxgraph.nodes.compaction.planner import summary_check
 from ctxgraph.nodes.compaction.summarizer import SummaryJob
 from ctxgraph.state.models import Models
 from ctxgraph.store.persistence.compaction_lease import leases_for, new_holder
@@ -36,10 +37,12 @@ class CompactionWorkerInput(TypedDict, total=False):
     thread_id: str
     base_version: int
     folded: list[dict[str, Any]]
-    previous: dict[str, Any] | None
+    previous: Mapping[str, Any] | None
     request: str
     settings: dict[str, Any]
     tokens_before: int
+    summary_prompt: str | None
+    """The ``compact`` node's summary prompt template, when it has one."""
 
 
 class CompactionWorkerOutput(TypedDict, total=False):
@@ -95,9 +98,10 @@ def build_compaction_worker(
             tokens_before=int(state.get("tokens_before", 0)),
         )
         emit("started", thread_id, base_version=base, token=lease.token, folded=len(folded))
-        stored = BackgroundJobs([chosen.summary_model, chosen.main]).run_here(
-            snapshot, lease, leases, chosen_store
+        jobs = BackgroundJobs(
+            [chosen.summary_model, chosen.main], prompt=state.get("summary_prompt")
         )
+        stored = jobs.run_here(snapshot, lease, leases, chosen_store)
         return {"outcome": "stored" if stored else "ended"}
 
     builder = StateGraph(

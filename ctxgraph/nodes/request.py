@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
@@ -14,6 +14,7 @@ from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.request_size import RequestSize, state_key
 from ctxgraph.nodes.skills.view import NO_SKILLS, SkillParts, SkillRequests
 from ctxgraph.nodes.subagents.render import delegations_message
+from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.settings import Settings
@@ -24,7 +25,7 @@ MEMORY_MESSAGE_ID = "ctxgraph-memory"
 SYSTEM_PROMPT_ID = "ctxgraph-system-prompt"
 
 
-def summary_message(summary: dict[str, Any], version: int, ledger_tokens: int) -> HumanMessage:
+def summary_message(summary: Mapping[str, Any], version: int, ledger_tokens: int) -> HumanMessage:
     """The summary as a data message: marked by origin, hidden from UIs, never stored."""
     return HumanMessage(
         content=render_summary(summary, version, ledger_tokens),
@@ -142,7 +143,7 @@ class RequestBuilder:
         return self._memory_cache[1]
 
     def _summary_message(
-        self, summary: dict[str, Any], mark: dict[str, Any], settings: Settings
+        self, summary: SummaryRecord, mark: CompactionMark, settings: Settings
     ) -> HumanMessage:
         checksum = mark.get("checksum")
         key = (str(checksum), settings.ledger_budget)

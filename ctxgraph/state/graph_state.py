@@ -9,13 +9,19 @@ from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
+from ctxgraph.state.compaction_state import (
+    CompactionJob,
+    CompactionMark,
+    CompactionRetry,
+    SummaryRecord,
+)
 from ctxgraph.state.delegations import DelegationRecord, merge_delegations
 from ctxgraph.state.skill_context import SkillContextEntry, merge_skill_context
 
 
 def add_refusals(
-    current: dict[str, Any] | None, update: dict[str, Any] | None
-) -> dict[str, Any] | None:
+    current: CompactionRetry | None, update: CompactionRetry | None
+) -> CompactionRetry | None:
     """Reducer of ``compaction_retry``: ``attempts`` add up, the latest reason wins.
 
     A refused compaction writes ``{"attempts": 1, "reason": ...}``; a committed one writes
@@ -24,7 +30,8 @@ def add_refusals(
     if update is None:
         return None
     attempts = int((current or {}).get("attempts", 0)) + int(update.get("attempts", 0))
-    return {**update, "attempts": attempts}
+    merged: CompactionRetry = {**update, "attempts": attempts}
+    return merged
 
 
 class InputState(TypedDict):
@@ -37,16 +44,16 @@ class OutputState(TypedDict):
     """What a caller (or a parent graph) receives back."""
 
     messages: Annotated[list[AnyMessage], add_messages]
-    summary: NotRequired[dict[str, Any] | None]
+    summary: NotRequired[SummaryRecord | None]
 
 
 class AgentState(TypedDict):
     """The checkpointed thread state; ``messages`` is the working window only."""
 
     messages: Annotated[list[AnyMessage], add_messages]
-    summary: NotRequired[dict[str, Any] | None]
+    summary: NotRequired[SummaryRecord | None]
     """The current verified summary: four sections plus the code-derived ledger."""
-    compaction: NotRequired[dict[str, Any] | None]
+    compaction: NotRequired[CompactionMark | None]
     """The compaction mark: version, cursor, checksum and chain hash of the archive."""
     memory_view: NotRequired[str]
     """This turn's rendered long-term memory; added to each request, never to ``messages``."""
@@ -57,12 +64,12 @@ class AgentState(TypedDict):
     An ``UntrackedValue``: never checkpointed, so every run (and a run resumed after an
     interrupt) starts without it and reads the Store again.
     """
-    compaction_retry: NotRequired[Annotated[dict[str, Any] | None, add_refusals]]
+    compaction_retry: NotRequired[Annotated[CompactionRetry | None, add_refusals]]
     """After refused compactions: how many in a row (``attempts``) and the last ``reason``.
 
     Each further attempt keeps fewer messages; a committed compaction clears it.
     """
-    compaction_job: NotRequired[dict[str, Any] | None]
+    compaction_job: NotRequired[CompactionJob | None]
     """Background mode: the job known for the thread's current compaction version
     (``base_version``, ``state`` running/busy/ready, ``since``); cleared by a compaction."""
     skill_context: NotRequired[Annotated[list[SkillContextEntry], merge_skill_context]]

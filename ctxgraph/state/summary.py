@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -22,7 +22,7 @@ def canonical_json(value: object) -> bytes:
     return text.encode("utf-8")
 
 
-def checksum(summary: dict[str, Any], cursor: int, event_ids: list[str]) -> str:
+def checksum(summary: Mapping[str, Any], cursor: int, event_ids: list[str]) -> str:
     """SHA-256 hex of a summary together with the cursor and the ids it was folded from."""
     payload = {
         "schema_version": summary.get("schema_version"),

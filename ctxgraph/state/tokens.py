@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import operator
+import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import tiktoken
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
@@ -86,31 +88,99 @@ def _fingerprint(message: BaseMessage) -> int:
     return hash((message.type, message.name, content, calls))
 
 
-class TokenCounter:
-    """Counts messages exactly, caching each count under the message id."""
+MessageCount = Callable[[Sequence[BaseMessage]], int]
+"""A caller's token counter: the tokens of a list of messages (``build_graph(token_counter=)``).
 
-    def __init__(self, max_entries: int = 50_000) -> None:
+For example ``langchain_core.messages.utils.count_tokens_approximately``, or a model's
+``get_num_tokens_from_messages``.
+"""
+
+TEXT_CACHE = 4_096
+"""Texts whose counts a ``TokenCounter`` over a caller's function remembers."""
+
+
+class TokenCounter:
+    """Counts messages exactly, caching each count under the message id.
+
+    By default it counts with the offline cl100k encoding. Given ``count`` (a function of
+    a list of messages, see ``MessageCount``), it counts every message as ``count([m])``
+    instead, so that every window and budget decision of a graph built with it uses the
+    caller's tokenizer: a request is the sum of its messages (no reply priming is added),
+    and a plain text (tool schemas, the memory view, a tool result) is what ``count``
+    says of a human message holding it, less what it says of an empty one.
+    """
+
+    def __init__(self, max_entries: int = 50_000, *, count: MessageCount | None = None) -> None:
+        if count is not None and not callable(count):
+            raise TypeError(
+                "token_counter must be a callable taking a list of messages and returning "
+                f"their tokens, got {type(count).__name__}"
+            )
         self._cache: OrderedDict[tuple[str, int], int] = OrderedDict()
         self._max_entries = max_entries
+        self._count = count
+        self._texts: OrderedDict[str, int] = OrderedDict()
+        self._framing: int | None = None
+        # Background compaction counts from its own thread with the graph's counter; the
+        # lock keeps a lookup and an eviction of the same cache from interleaving.
+        self._lock = threading.Lock()
+
+    @property
+    def tiktoken(self) -> bool:
+        """True when counting with the offline cl100k encoding (no caller's function).
+
+        Only then does every token cover at least one UTF-8 byte, so that a text of at
+        most ``n`` bytes is known to have at most ``n`` tokens without counting it.
+        """
+        return self._count is None
+
+    def _counted(self, message: BaseMessage) -> int:
+        if self._count is None:
+            return count_text(message_text(message)) + TOKENS_PER_MESSAGE
+        return _whole(self._count([message]), "token_counter")
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain string (``count_text`` unless a caller's function counts)."""
+        if self._count is None:
+            return count_text(text)
+        with self._lock:
+            cached = self._texts.get(text)
+            if cached is not None:
+                self._texts.move_to_end(text)
+                return cached
+        framing = self._framing
+        if framing is None:
+            framing = _whole(self._count([HumanMessage(content="")]), "token_counter")
+            self._framing = framing
+        whole = _whole(self._count([HumanMessage(content=text)]), "token_counter")
+        counted = max(0, whole - framing)
+        with self._lock:
+            self._texts[text] = counted
+            if len(self._texts) > TEXT_CACHE:
+                self._texts.popitem(last=False)
+        return counted
 
     def count_message(self, message: BaseMessage) -> int:
         """Tokens of one message including its framing; cached when the message has an id."""
         if message.id is None:
-            return count_text(message_text(message)) + TOKENS_PER_MESSAGE
+            return self._counted(message)
         key = (message.id, _fingerprint(message))
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
-        counted = count_text(message_text(message)) + TOKENS_PER_MESSAGE
-        self._cache[key] = counted
-        if len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        counted = self._counted(message)
+        with self._lock:
+            self._cache[key] = counted
+            if len(self._cache) > self._max_entries:
+                self._cache.popitem(last=False)
         return counted
 
     def count_messages(self, messages: Iterable[BaseMessage]) -> int:
-        """Tokens of a whole request's messages, reply priming included."""
-        return sum(self.count_message(m) for m in messages) + REPLY_PRIMING
+        """Tokens of a whole request's messages, reply priming included (with tiktoken)."""
+        total = sum(self.count_message(m) for m in messages)
+        return total + REPLY_PRIMING if self._count is None else total
 
     def count_tools(self, tools: Sequence[BaseTool | dict[str, Any]]) -> int:
         """Tokens of the tool schemas as they are sent to the provider."""
@@ -121,9 +191,16 @@ class TokenCounter:
         from langchain_core.utils.function_calling import convert_to_openai_tool
 
         schemas = [convert_to_openai_tool(t) for t in tools]
-        return count_text(json.dumps(schemas, ensure_ascii=False, sort_keys=True))
+        return self.count_text(json.dumps(schemas, ensure_ascii=False, sort_keys=True))
 
     @property
     def cached_entries(self) -> int:
         """How many message counts are cached."""
         return len(self._cache)
+
+
+def _whole(value: object, name: str) -> int:
+    """``value`` when it is a whole number of tokens, else TypeError naming ``name``."""
+    if isinstance(value, SupportsIndex) and not isinstance(value, bool):
+        return operator.index(value)
+    raise TypeError(f"{name} must return a whole number of tokens, got {value!r}")

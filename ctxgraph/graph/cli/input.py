@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from ctxgraph.graph.cli.main import OptionError
+from ctxgraph.graph.cli.options import OptionError
 from ctxgraph.graph.environment import EnvironmentConfig
 from ctxgraph.nodes.offload.inputs import refusal_limit
 from ctxgraph.state.messages import unencodable_position

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ctxgraph.graph.cli.exit_status import INTERRUPTED_EXITS, SIGINT_EXIT, exit_at_once
+from ctxgraph.graph.cli.options import SEARCH_LIMITS as SEARCH_LIMITS
+from ctxgraph.graph.cli.options import OptionError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at startup
 if TYPE_CHECKING:
@@ -50,14 +52,6 @@ EXIT_STATUSES = (
     "cause; --debug or CTXGRAPH_DEBUG=1 shows the traceback); 130 interrupted (Ctrl-C); "
     "143 terminated (SIGTERM)"
 )
-
-
-SEARCH_LIMITS = (1, 10)
-"""The ``memory search --limit`` range: that of the graph's ``memory_search`` tool."""
-
-
-class OptionError(ValueError):
-    """A command-line option or environment variable has a value the command cannot use."""
 
 
 _USER_ERRORS = (
@@ -215,6 +209,13 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     search.add_argument(
         "--limit", type=search_limit, default=5, help=f"results to show ({low}-{high})"
     )
+    search.add_argument(
+        "--ranker",
+        metavar="MODULE:ATTRIBUTE",
+        default=None,
+        help="rank with this ranker (ctxgraph.store.memory.ranking.Ranker), as a graph "
+        "built with build_graph(ranker=...) does (default: the built-in ranking)",
+    )
     _command(memory_commands, "process", "run every pending (deferred) memory extraction now")
 
 
@@ -366,7 +367,7 @@ def _memory(args: argparse.Namespace) -> int:
             return memory.export_memory(store, context, sys.stdout)
         if args.memory_command == "search":
             return memory.search_memory(
-                store, context, args.query, args.limit, sys.stdout, search_settings
+                store, context, args.query, args.limit, sys.stdout, search_settings, args.ranker
             )
         return memory.list_memory(store, context, sys.stdout)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from importlib import import_module
 from typing import TYPE_CHECKING, TextIO
 
-from ctxgraph.graph.cli.main import SEARCH_LIMITS
+from ctxgraph.graph.cli.options import SEARCH_LIMITS, OptionError
 from ctxgraph.graph.cli.text import plural
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.ranking import Ranker
 from ctxgraph.store.memory.repository import Fact, MemoryRepository
 
 if TYPE_CHECKING:
@@ -54,6 +56,38 @@ def list_memory(store: BaseStore, context: Context, out: TextIO) -> int:
     return 0
 
 
+def load_ranker(spec: str) -> Ranker:
+    """The ranker ``memory search --ranker module:attribute`` names, imported.
+
+    Raises ``OptionError`` (one line, exit status 2) when ``spec`` is not of that form,
+    the module cannot be imported, it has no such attribute, or the object is not a
+    ``Ranker`` (a callable ``(sources, top_k, now, age_from, *, query) -> list[Fact]``).
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise OptionError(
+            f"--ranker must be module:attribute, e.g. my_package.ranking:by_content; got {spec!r}"
+        )
+    try:
+        module = import_module(module_name)
+    except Exception as error:  # any failure of the import is the option's problem
+        raise OptionError(
+            f"--ranker {spec}: cannot import {module_name!r} ({type(error).__name__}: {error})"
+        ) from error
+    found: object = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise OptionError(f"--ranker {spec}: {module_name} has no attribute {attribute!r}")
+        found = getattr(found, part)
+    if not isinstance(found, Ranker):
+        raise OptionError(
+            f"--ranker {spec}: {attribute} is a {type(found).__name__}, not a ranker (a "
+            "callable (sources, top_k, now, age_from, *, query) -> list[Fact], see "
+            "ctxgraph.store.memory.ranking.Ranker)"
+        )
+    return found
+
+
 def search_memory(
     store: BaseStore,
     context: Context,
@@ -61,17 +95,19 @@ def search_memory(
     limit: int,
     out: TextIO,
     settings: Settings | None = None,
+    ranker: Ranker | str | None = None,
 ) -> int:
     """Print the facts ``memory_search`` would return for ``query``, best first, with scores.
 
     ``settings`` are the ones the CLI builds its graph with (``Settings.from_env``); their
     ``memory_age_from`` ages the facts as the graph's ``memory_search`` tool does.
+    ``ranker`` orders them, as a graph built with ``ranker=`` does; a string is the
+    ``--ranker module:attribute`` option (see :func:`load_ranker`).
     """
-    age_from = (settings or Settings()).memory_age_from
+    chosen = load_ranker(ranker) if isinstance(ranker, str) else ranker
     low, high = SEARCH_LIMITS
-    facts = MemoryRepository(store).search(
-        context, query, top_k=max(low, min(int(limit), high)), age_from=age_from
-    )
+    repository = MemoryRepository(store, ranker=chosen, settings=settings or Settings())
+    facts = repository.search(context, query, top_k=max(low, min(int(limit), high)))
     if not facts:
         out.write(f"No remembered fact of {_who(context)} matches {query!r}.\n")
         return 0

@@ -50,9 +50,34 @@ class JobSnapshot:
 class BackgroundJobs:
     """Starts summary jobs in daemon threads of this process."""
 
-    def __init__(self, models: Sequence[BaseChatModel]) -> None:
-        """``models``: the summary model first, then its fallbacks (as ``SummaryWriter``)."""
-        self._models = list(models)
+    def __init__(
+        self,
+        models: Sequence[BaseChatModel],
+        counter: TokenCounter | None = None,
+        *,
+        prompt: str | None = None,
+    ) -> None:
+        """Write each job's summary with a ``SummaryWriter`` of these arguments.
+
+        Args:
+            models: The summary model first, then its fallbacks.
+            counter: Counts the folded messages' tokens; the ``compact`` node passes its
+                own. Without one, the jobs share a counter of their own.
+            prompt: The summary prompt template (see ``SummaryWriter``); None for
+                ``SUMMARY_PROMPT``.
+
+        Raises:
+            PromptTemplateError: ``prompt`` is not a usable summary template.
+
+        """
+        counter = counter if counter is not None else TokenCounter(max_entries=5_000)
+        self._writer = SummaryWriter(models, counter, prompt=prompt)
+        self._prompt = prompt
+
+    @property
+    def prompt(self) -> str | None:
+        """The summary prompt template the jobs use (None: ``SUMMARY_PROMPT``)."""
+        return self._prompt
 
     def spawn(
         self, snapshot: JobSnapshot, lease: Lease, leases: CompactionLeases, store: BaseStore
@@ -100,8 +125,7 @@ class BackgroundJobs:
         renewal = _Renewal(leases, lease, snapshot.settings.compaction_lease_s)
         renewal.start()
         try:
-            writer = SummaryWriter(self._models, TokenCounter(max_entries=5_000))
-            sections = writer.write(snapshot.job, snapshot.settings, snapshot.check)
+            sections = self._writer.write(snapshot.job, snapshot.settings, snapshot.check)
         except Exception as error:  # a SummaryError, or a model or store failure
             emit(
                 "failed",

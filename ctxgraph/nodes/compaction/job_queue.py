@@ -9,7 +9,7 @@ as a thread would (see ``graph/compaction_worker.py``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any, Protocol
 
@@ -48,13 +48,18 @@ def job_payload(
     thread_id: str,
     base_version: int,
     folded: Sequence[BaseMessage],
-    previous: dict[str, Any] | None,
+    previous: Mapping[str, Any] | None,
     request: str,
     settings: Settings,
     tokens_before: int,
+    summary_prompt: str | None = None,
 ) -> dict[str, Any]:
-    """The worker run's input: everything the job needs, as JSON."""
-    return {
+    """The worker run's input: everything the job needs, as JSON.
+
+    ``summary_prompt`` is the ``compact`` node's summary prompt template; it is sent only
+    when the node has one (the worker then summarizes with it).
+    """
+    payload: dict[str, Any] = {
         "thread_id": thread_id,
         "base_version": base_version,
         "folded": messages_to_dict(list(folded)),
@@ -63,6 +68,9 @@ def job_payload(
         "settings": settings_values(settings),
         "tokens_before": tokens_before,
     }
+    if summary_prompt is not None:
+        payload["summary_prompt"] = summary_prompt
+    return payload
 
 
 def settings_values(settings: Settings) -> dict[str, Any]:

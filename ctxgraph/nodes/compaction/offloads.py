@@ -20,6 +20,7 @@ from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.context import ContextError, validate_thread_id
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.store.artifacts import ArtifactStore
 
 logger = logging.getLogger("ctxgraph.offload")
@@ -27,7 +28,7 @@ logger = logging.getLogger("ctxgraph.offload")
 Measure = Callable[[AgentState, Settings], RequestSize]
 """Measures the request of a state."""
 Split = Callable[[AgentState, Settings], tuple[list[AnyMessage], list[AnyMessage]]]
-"""The ``(old, kept)`` split compaction would use (``CompactNode.split``)."""
+"""The ``(old, kept)`` split compaction would use (``CompactionPlanner.split``)."""
 
 
 @dataclass
@@ -97,22 +98,30 @@ class StepOffloads:
     ``offload_args_fraction`` of the input window or of ``trigger_tokens``.
     """
 
-    def __init__(self, measure: Measure, fresh_measure: Measure, split: Split) -> None:
+    def __init__(
+        self,
+        measure: Measure,
+        fresh_measure: Measure,
+        split: Split,
+        counter: TokenCounter | None = None,
+    ) -> None:
         """Measure with ``measure`` (cached) and ``fresh_measure``, split with ``split``.
 
         ``fresh_measure`` must not cache by ``state_key``: offloading arguments changes
-        the request without changing that key.
+        the request without changing that key. ``counter`` (the graph's) sizes large
+        inputs and long arguments; None counts them with tiktoken.
         """
         self._measure = measure
         self._fresh = fresh_measure
         self._split = split
+        self._counter = counter
 
     def pending(
         self, state: AgentState, settings: Settings, size: RequestSize, window: int | None
     ) -> bool:
         """Whether the step has offloading to do; cheap when it has none."""
         messages = state.get("messages") or []
-        if large_inputs(messages, settings, window):
+        if large_inputs(messages, settings, window, counter=self._counter):
             return True
         return bool(self._old_arguments(state, settings, size, window))
 
@@ -121,10 +130,10 @@ class StepOffloads:
     ) -> list[LongArgument]:
         if not args_offload_due(size, settings, window):
             return []
-        if not long_arguments(state.get("messages") or [], settings):
+        if not long_arguments(state.get("messages") or [], settings, counter=self._counter):
             return []  # nothing long anywhere: no need to split
         old, _ = self._split(state, settings)
-        return long_arguments(old, settings)
+        return long_arguments(old, settings, counter=self._counter)
 
     def apply(
         self,
@@ -137,7 +146,7 @@ class StepOffloads:
         """Offload large inputs, then old arguments if due; evict over the quota."""
         done = Offloaded(self._measure(state, settings))
         target = _target(store, config)
-        inputs = large_inputs(state.get("messages") or [], settings, window)
+        inputs = large_inputs(state.get("messages") or [], settings, window, counter=self._counter)
         if inputs:
             offloaded = offload_inputs(target.artifacts, inputs, unavailable=target.unavailable)
             self._record(done, offloaded.messages, offloaded.refs, state, settings)
@@ -163,7 +172,7 @@ class StepOffloads:
         """Async :meth:`apply`."""
         done = Offloaded(self._measure(state, settings))
         target = _target(store, config)
-        inputs = large_inputs(state.get("messages") or [], settings, window)
+        inputs = large_inputs(state.get("messages") or [], settings, window, counter=self._counter)
         if inputs:
             offloaded = await aoffload_inputs(
                 target.artifacts, inputs, unavailable=target.unavailable

@@ -115,21 +115,30 @@ def partition_history(
     units = exchange_units(repaired)
     cut = _cut_index(units, keep)
     old_units, kept_units = units[:cut], units[cut:]
+    kept = _pinned(old_units, kept_units) + [m for unit in kept_units for m in unit]
+    kept_ids = {id(m) for m in kept}
+    old = [m for m in everything if id(m) not in kept_ids]
+    return old, kept
 
+
+def _pinned(
+    old_units: Sequence[Sequence[AnyMessage]], kept_units: Sequence[Sequence[AnyMessage]]
+) -> list[AnyMessage]:
+    """The messages before the cut that stay: system messages and the latest user message.
+
+    That user message stays only while no newer real user message is kept anyway.
+    """
     latest_user_id: int | None = None
     for unit in reversed(old_units):
         if is_real_user_message(unit[0]):
             latest_user_id = id(unit[0])
             break
-    kept_in_old = [
+    pinned = [
         unit[0]
         for unit in old_units
         if isinstance(unit[0], SystemMessage) or id(unit[0]) == latest_user_id
     ]
     if latest_user_id is not None and any(is_real_user_message(u[0]) for u in kept_units):
         # A newer real user message is already kept; the older one may be folded.
-        kept_in_old = [m for m in kept_in_old if isinstance(m, SystemMessage)]
-    kept = kept_in_old + [m for unit in kept_units for m in unit]
-    kept_ids = {id(m) for m in kept}
-    old = [m for m in everything if id(m) not in kept_ids]
-    return old, kept
+        pinned = [m for m in pinned if isinstance(m, SystemMessage)]
+    return pinned

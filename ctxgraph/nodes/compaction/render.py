@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ctxgraph.nodes.compaction.ledger import render_ledger_within
+from ctxgraph.nodes.compaction.ledger_render import render_ledger_within
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("session_intent", "SESSION INTENT"),
@@ -24,12 +24,12 @@ SUMMARY_VIEW = (
 )
 
 
-def render_sections(summary: dict[str, Any]) -> str:
+def render_sections(summary: Mapping[str, Any]) -> str:
     """The four sections under their headings."""
     return "\n\n".join(f"{title}\n{summary.get(key, '').strip()}" for key, title in SECTIONS)
 
 
-def render_summary(summary: dict[str, Any], version: int, ledger_tokens: int) -> str:
+def render_summary(summary: Mapping[str, Any], version: int, ledger_tokens: int) -> str:
     """The summary as the main model sees it: sections, then the ledger within its budget.
 
     The ledger may be of any stored shape (see ``ctxgraph.nodes.compaction.ledger.read_ledger``).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +18,9 @@ from ctxgraph.nodes.compaction.partition import exchange_units
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.state.messages import content_text, message_origin
 from ctxgraph.state.model_errors import endpoint_warning
+from ctxgraph.state.prompt_template import check_template
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import TokenCounter, count_text
+from ctxgraph.state.tokens import TokenCounter
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -54,6 +55,9 @@ Keep earlier content of the previous summary that still matters. Never call a to
 successful unless its result says so; a call without a result has an unknown outcome. \
 Stay under {max_tokens} tokens."""
 
+PROMPT_PLACEHOLDERS = frozenset({"previous_summary", "folded", "current_request", "max_tokens"})
+"""The placeholders a summary prompt template may use (``{folded}`` it must)."""
+
 SUMMARY_TAGS = [TAG_NOSTREAM, "ctxgraph:summary"]
 """Tags of summary calls: LangGraph does not stream ``nostream`` calls to the user."""
 
@@ -80,7 +84,7 @@ class SummaryError(RuntimeError):
 class SummaryJob:
     """One summary call's input: what to fold on top of which previous record."""
 
-    previous: dict[str, Any] | None
+    previous: Mapping[str, Any] | None
     folded: Sequence[BaseMessage]
     current_request: str
 
@@ -122,10 +126,12 @@ def transcript(messages: Sequence[BaseMessage], *, max_chars: int) -> str:
     return "\n".join(lines)
 
 
-def build_prompt(job: SummaryJob, *, max_tokens: int, max_chars: int) -> list[BaseMessage]:
-    """The messages of one summary call."""
+def build_prompt(
+    job: SummaryJob, *, max_tokens: int, max_chars: int, template: str = SUMMARY_PROMPT
+) -> list[BaseMessage]:
+    """The messages of one summary call; ``template`` is the human prompt's template."""
     previous = render_sections(job.previous) if job.previous else "(none yet)"
-    prompt = SUMMARY_PROMPT.format(
+    prompt = template.format(
         previous_summary=previous,
         folded=transcript(job.folded, max_chars=max_chars),
         current_request=job.current_request or "(none)",
@@ -136,11 +142,12 @@ def build_prompt(job: SummaryJob, *, max_tokens: int, max_chars: int) -> list[Ba
 
 def take_chunk(
     units: Sequence[Sequence[BaseMessage]],
-    previous: dict[str, Any] | None,
+    previous: Mapping[str, Any] | None,
     current_request: str,
     *,
     budget: int,
     counter: TokenCounter,
+    template: str = SUMMARY_PROMPT,
 ) -> int:
     """How many leading whole units fit one summary call on top of ``previous``.
 
@@ -148,8 +155,10 @@ def take_chunk(
     within ``budget``; at least one unit is taken so that progress is always made. A
     unit's size is its messages' cached token counts plus room for the transcript labels.
     """
-    empty = build_prompt(SummaryJob(previous, (), current_request), max_tokens=0, max_chars=0)
-    used = sum(count_text(answer_text(message)) for message in empty)
+    empty = build_prompt(
+        SummaryJob(previous, (), current_request), max_tokens=0, max_chars=0, template=template
+    )
+    used = sum(counter.count_text(answer_text(message)) for message in empty)
     taken = 0
     for unit in units:
         size = sum(counter.count_message(m) + TRANSCRIPT_LABEL_TOKENS for m in unit)
@@ -182,9 +191,38 @@ def candidates(models: Sequence[BaseChatModel]) -> list[BaseChatModel]:
 class SummaryWriter:
     """Runs summary calls: chunked when the input is large, summary model first, then main."""
 
-    def __init__(self, models: Sequence[BaseChatModel], counter: TokenCounter) -> None:
+    def __init__(
+        self,
+        models: Sequence[BaseChatModel],
+        counter: TokenCounter,
+        *,
+        prompt: str | None = None,
+    ) -> None:
+        """Summarize with ``models`` in order, measuring chunks with ``counter``.
+
+        Args:
+            models: The summary model first, then its fallbacks (a model listed twice is
+                tried once).
+            counter: Counts the folded messages' tokens to cut the input into chunks.
+            prompt: A template replacing ``SUMMARY_PROMPT``, with the placeholders
+                ``{previous_summary}``, ``{folded}`` (required), ``{current_request}`` and
+                ``{max_tokens}``. The answer's four sections are still parsed and checked
+                by code.
+
+        Raises:
+            PromptTemplateError: ``prompt`` is not a template those placeholders fill.
+
+        """
         self._models = candidates(models)
         self._counter = counter
+        self._prompt = SUMMARY_PROMPT
+        if prompt is not None:
+            self._prompt = check_template(
+                prompt,
+                parameter="summary_prompt",
+                allowed=PROMPT_PLACEHOLDERS,
+                required={"folded"},
+            )
 
     def write(self, job: SummaryJob, settings: Settings, check: Check) -> dict[str, str]:
         """Summarize synchronously; raises ``SummaryError`` when every model fails.
@@ -192,66 +230,132 @@ class SummaryWriter:
         ``check`` returns the problems of a candidate (for example a contradiction with
         the ledger); a candidate with problems counts as that model's failure.
         """
-        previous, units = job.previous, exchange_units(job.folded)
-        while True:
-            prompt, units = self._next_prompt(units, previous, job, settings)
-            failures: list[str] = []
-            for model in self._models:
-                try:
-                    reply = model.invoke(prompt, summary_config())
-                    previous = _accept(reply, check)
-                    _recovered(failures)
-                    break
-                except Exception as error:  # any failure of one model means: try the next
-                    failures.append(_failure(model, error))
+        writing = self._writing(job, settings, check)
+        while (call := writing.next_call()) is not None:
+            model, prompt = call
+            try:
+                reply = model.invoke(prompt, summary_config())
+            except Exception as error:  # any failure of one model means: try the next
+                writing.failed(error)
             else:
-                raise SummaryError("; ".join(failures))
-            if not units:
-                return {key: str(previous[key]) for key, _ in SECTIONS}
+                writing.answered(reply)
+        return writing.sections()
 
     async def awrite(self, job: SummaryJob, settings: Settings, check: Check) -> dict[str, str]:
         """Summarize asynchronously; raises ``SummaryError`` when every model fails."""
-        previous, units = job.previous, exchange_units(job.folded)
-        while True:
-            prompt, units = self._next_prompt(units, previous, job, settings)
-            failures: list[str] = []
-            for model in self._models:
-                try:
-                    reply = await model.ainvoke(prompt, summary_config())
-                    previous = _accept(reply, check)
-                    _recovered(failures)
-                    break
-                except Exception as error:  # any failure of one model means: try the next
-                    failures.append(_failure(model, error))
+        writing = self._writing(job, settings, check)
+        while (call := writing.next_call()) is not None:
+            model, prompt = call
+            try:
+                reply = await model.ainvoke(prompt, summary_config())
+            except Exception as error:  # any failure of one model means: try the next
+                writing.failed(error)
             else:
-                raise SummaryError("; ".join(failures))
-            if not units:
-                return {key: str(previous[key]) for key, _ in SECTIONS}
+                writing.answered(reply)
+        return writing.sections()
 
-    def _next_prompt(
+    def _writing(self, job: SummaryJob, settings: Settings, check: Check) -> _Writing:
+        return _Writing(
+            job,
+            settings,
+            check,
+            models=self._models,
+            counter=self._counter,
+            template=self._prompt,
+        )
+
+
+class _Writing:
+    """One summary, as model calls: which model to ask next with which prompt.
+
+    The sync and async writers share it and differ only in how they call the model. The
+    folded messages go in chunks of whole exchanges (see ``take_chunk``), each on top of
+    the sections the previous chunk produced; each chunk is offered to the models in
+    order until one answers with acceptable sections.
+    """
+
+    def __init__(
         self,
-        units: list[list[BaseMessage]],
-        previous: dict[str, Any] | None,
         job: SummaryJob,
         settings: Settings,
-    ) -> tuple[list[BaseMessage], list[list[BaseMessage]]]:
+        check: Check,
+        *,
+        models: Sequence[BaseChatModel],
+        counter: TokenCounter,
+        template: str,
+    ) -> None:
+        self._job = job
+        self._settings = settings
+        self._check = check
+        self._models = models
+        self._counter = counter
+        self._template = template
+        self._previous: Mapping[str, Any] | None = job.previous
+        self._units: list[list[BaseMessage]] = exchange_units(job.folded)
+        self._prompt: list[BaseMessage] | None = None
+        self._tried = 0
+        self._failures: list[str] = []
+        self._done = False
+
+    def next_call(self) -> tuple[BaseChatModel, list[BaseMessage]] | None:
+        """The model to call and its prompt; None once the summary is written.
+
+        Raises:
+            SummaryError: every model failed on the current chunk.
+
+        """
+        if self._done:
+            return None
+        if self._prompt is None:
+            self._prompt, self._units = self._next_prompt()
+            self._tried, self._failures = 0, []
+        if self._tried >= len(self._models):
+            raise SummaryError("; ".join(self._failures))
+        return self._models[self._tried], self._prompt
+
+    def answered(self, reply: BaseMessage) -> None:
+        """Take the current model's reply: the chunk is done, or that model failed."""
+        try:
+            sections = _accept(reply, self._check)
+        except Exception as error:  # an unusable answer means: try the next model
+            self.failed(error)
+            return
+        self._previous = sections
+        _recovered(self._failures)
+        self._prompt = None
+        self._done = not self._units
+
+    def failed(self, error: Exception) -> None:
+        """Note the current model's failure; the next call goes to the next model."""
+        self._failures.append(_failure(self._models[self._tried], error))
+        self._tried += 1
+
+    def sections(self) -> dict[str, str]:
+        """The written summary's four sections."""
+        assert self._done and self._previous is not None
+        return {key: str(self._previous[key]) for key, _ in SECTIONS}
+
+    def _next_prompt(self) -> tuple[list[BaseMessage], list[list[BaseMessage]]]:
         """The prompt for the next chunk, and the units left after it."""
+        settings, request = self._settings, self._job.current_request
         # About four characters a token: one message may use half the input budget.
         max_chars = settings.summary_input_budget * 2
         taken = take_chunk(
-            units,
-            previous,
-            job.current_request,
+            self._units,
+            self._previous,
+            request,
             budget=settings.summary_input_budget,
             counter=self._counter,
+            template=self._template,
         )
-        chunk = [message for unit in units[:taken] for message in unit]
+        chunk = [message for unit in self._units[:taken] for message in unit]
         prompt = build_prompt(
-            SummaryJob(previous, chunk, job.current_request),
+            SummaryJob(self._previous, chunk, request),
             max_tokens=settings.summary_max_tokens,
             max_chars=max_chars,
+            template=self._template,
         )
-        return prompt, units[taken:]
+        return prompt, self._units[taken:]
 
 
 def _accept(reply: BaseMessage, check: Check) -> dict[str, str]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ctxgraph.nodes.compaction.ledger import find_contradictions
+from ctxgraph.nodes.compaction.ledger_check import find_contradictions
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.request_size import RequestSize
@@ -13,7 +14,7 @@ from ctxgraph.state.summary import SUMMARY_SCHEMA_VERSION
 from ctxgraph.state.tokens import count_text
 
 
-def summary_problems(summary: dict[str, Any], settings: Settings) -> list[str]:
+def summary_problems(summary: Mapping[str, Any], settings: Settings) -> list[str]:
     """Schema, size and ledger-consistency problems of a summary record."""
     problems: list[str] = []
     if summary.get("schema_version") != SUMMARY_SCHEMA_VERSION:

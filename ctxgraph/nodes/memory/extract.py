@@ -19,6 +19,7 @@ from langgraph.constants import TAG_NOSTREAM
 
 from ctxgraph.nodes.memory.filter import render_rows
 from ctxgraph.state.context import Context
+from ctxgraph.state.prompt_template import check_template
 from ctxgraph.store.memory.repository import (
     CANDIDATES,
     Decision,
@@ -69,6 +70,10 @@ from it that supports the fact.
 {conversation}
 </new_conversation>"""
 
+EXTRACTION_PLACEHOLDERS = frozenset({"profile", "facts", "conversation"})
+"""The placeholders an extraction prompt may use: the stored profile and facts (JSON, or
+``(empty)`` / ``(none)``) and the new conversation rows; ``{conversation}`` is required."""
+
 MEMORY_TAGS = [TAG_NOSTREAM, "ctxgraph:memory"]
 """Tags of extraction calls: LangGraph does not stream ``nostream`` calls to the user."""
 
@@ -104,28 +109,77 @@ def known_facts(facts: Sequence[Fact]) -> list[dict[str, str]]:
     return [{"key": f.key, "content": f.content, "category": f.category} for f in facts]
 
 
+def check_extraction_prompt(template: object) -> str:
+    """Return ``template`` once it can replace ``EXTRACTION_PROMPT``.
+
+    Args:
+        template: The caller's ``extraction_prompt``.
+
+    Returns:
+        The template, unchanged.
+
+    Raises:
+        PromptTemplateError: It is not a string, does not parse, uses a placeholder other
+            than those of ``EXTRACTION_PLACEHOLDERS`` or lacks ``{conversation}``.
+
+    """
+    return check_template(
+        template,
+        parameter="extraction_prompt",
+        allowed=EXTRACTION_PLACEHOLDERS,
+        required={"conversation"},
+    )
+
+
+@dataclass(frozen=True)
+class ExtractionPrompt:
+    """The messages of an extraction call: the fixed system rules, then the filled template.
+
+    ``template`` replaces ``EXTRACTION_PROMPT`` (checked by ``check_extraction_prompt``);
+    the system message (``EXTRACTION_SYSTEM``) stays, so the memory model keeps treating
+    the conversation as data.
+    """
+
+    template: str = EXTRACTION_PROMPT
+
+    def __post_init__(self) -> None:
+        """Refuse a template that cannot be filled, when the prompt is made (build time)."""
+        check_extraction_prompt(self.template)
+
+    def messages(
+        self,
+        rows: Sequence[dict[str, str]],
+        profile: Mapping[str, str],
+        known: Sequence[KnownFact],
+    ) -> list[BaseMessage]:
+        """The messages of one extraction call over ``rows``."""
+        return [
+            SystemMessage(content=EXTRACTION_SYSTEM),
+            HumanMessage(
+                content=self.template.format(
+                    profile=json.dumps(dict(profile), ensure_ascii=False) if profile else "(empty)",
+                    facts=json.dumps([dict(f) for f in known], ensure_ascii=False)
+                    if known
+                    else "(none)",
+                    conversation=render_rows(rows),
+                )
+            ),
+        ]
+
+
+DEFAULT_PROMPT = ExtractionPrompt()
+"""The prompt of ``EXTRACTION_PROMPT``."""
+
+
 def extraction_prompt(
-    rows: Sequence[dict[str, str]], profile: dict[str, str], facts: Sequence[Fact]
+    rows: Sequence[dict[str, str]],
+    profile: dict[str, str],
+    facts: Sequence[Fact],
+    template: str | None = None,
 ) -> list[BaseMessage]:
-    """The messages of one extraction call."""
-    return _prompt(rows, profile, known_facts(facts))
-
-
-def _prompt(
-    rows: Sequence[dict[str, str]], profile: Mapping[str, str], known: Sequence[KnownFact]
-) -> list[BaseMessage]:
-    return [
-        SystemMessage(content=EXTRACTION_SYSTEM),
-        HumanMessage(
-            content=EXTRACTION_PROMPT.format(
-                profile=json.dumps(dict(profile), ensure_ascii=False) if profile else "(empty)",
-                facts=json.dumps([dict(f) for f in known], ensure_ascii=False)
-                if known
-                else "(none)",
-                conversation=render_rows(rows),
-            )
-        ),
-    ]
+    """The messages of one extraction call (``template`` replaces ``EXTRACTION_PROMPT``)."""
+    prompt = DEFAULT_PROMPT if template is None else ExtractionPrompt(template)
+    return prompt.messages(rows, profile, known_facts(facts))
 
 
 def handover(profile: Mapping[str, str], candidates: Sequence[Fact] | None) -> dict[str, Any]:
@@ -152,11 +206,21 @@ def memory_config() -> RunnableConfig:
 
 
 class MemoryExtractor:
-    """Runs one extraction over filtered rows and applies the acceptance rules."""
+    """Runs one extraction over filtered rows and applies the acceptance rules.
 
-    def __init__(self, model: BaseChatModel) -> None:
+    ``prompt`` (a template, or an ``ExtractionPrompt``) replaces ``EXTRACTION_PROMPT``;
+    a template is checked here, so a graph refuses a bad one when it is built.
+    """
+
+    def __init__(self, model: BaseChatModel, prompt: ExtractionPrompt | str | None = None) -> None:
         self.model = model
         """The memory model (named in the warning when its call fails)."""
+        if prompt is None:
+            prompt = DEFAULT_PROMPT
+        elif not isinstance(prompt, ExtractionPrompt):
+            prompt = ExtractionPrompt(prompt)
+        self.prompt = prompt
+        """The prompt of every extraction call."""
         self._structured = model.with_structured_output(
             MEMORY_UPDATE_TOOL, method="function_calling"
         )
@@ -196,7 +260,7 @@ class MemoryExtractor:
             profile = repository.get_profile(context)
         if facts is None:
             facts = known_facts(repository.list_facts(context))
-        prompt = _prompt(rows, profile, facts)
+        prompt = self.prompt.messages(rows, profile, facts)
         update = self._ask(prompt)
         result = ExtractionResult()
         for candidate, decision in _decide(update, rows, context, threshold, result):
@@ -225,7 +289,7 @@ class MemoryExtractor:
             profile = await repository.aget_profile(context)
         if facts is None:
             facts = known_facts(await repository.alist_facts(context))
-        prompt = _prompt(rows, profile, facts)
+        prompt = self.prompt.messages(rows, profile, facts)
         update = await self._aask(prompt)
         result = ExtractionResult()
         for candidate, decision in _decide(update, rows, context, threshold, result):

@@ -10,13 +10,14 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
 from ctxgraph.nodes.memory.extract import handover
-from ctxgraph.nodes.memory.render import render_memory
+from ctxgraph.nodes.memory.render import render_view
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.repository import Fact, MemoryRepository
+from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.store.memory.repository import Fact, MemoryRepository, RepositoryFactory
 
 logger = logging.getLogger("ctxgraph.memory")
 
@@ -33,10 +34,23 @@ def latest_user_text(messages: Sequence[BaseMessage]) -> str:
 
 
 class MemoryLoader:
-    """Reads the profile and facts of the run's user, agent and project, and renders them."""
+    """Reads the profile and facts of the run's user, agent and project, and renders them.
 
-    def __init__(self, settings: Settings) -> None:
+    ``repositories`` gives the repository of the run's Store (with the graph's ranker,
+    which orders the view's matches); ``counter`` measures the view against
+    ``memory_budget`` (the graph's ``TokenCounter``; None counts with tiktoken).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        repositories: RepositoryFactory | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
         self._settings = settings
+        self._repositories = repositories or RepositoryFactory(settings=settings)
+        self._counter = counter
 
     def _job(
         self, state: AgentState, runtime: Runtime[Context]
@@ -51,17 +65,18 @@ class MemoryLoader:
             logger.debug("memory loading skipped: the graph has no store")
             return None
         query = latest_user_text(state.get("messages") or [])
-        return context, settings, MemoryRepository(runtime.store), query
+        return context, settings, self._repositories(runtime.store), query
 
-    @staticmethod
-    def _render(profile: dict[str, str], facts: list[Fact], settings: Settings) -> dict[str, Any]:
-        view = render_memory(
+    def _render(
+        self, profile: dict[str, str], facts: list[Fact], settings: Settings
+    ) -> dict[str, Any]:
+        view = render_view(
             profile,
             facts,
             mode=settings.memory_mode,
             budget=settings.memory_budget,
             correction_budget=settings.correction_budget,
-            ranked=True,
+            counter=self._counter,
         )
         return {MEMORY_VIEW_KEY: view}
 

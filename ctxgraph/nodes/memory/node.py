@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
-from ctxgraph.nodes.compaction.node import CompactNode
+from ctxgraph.nodes.compaction.planner import CompactionPlanner
 from ctxgraph.nodes.memory.extract import MEMORY_TURN_KEY, ExtractionResult, MemoryExtractor
 from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows
 from ctxgraph.nodes.settings import effective_settings
@@ -66,9 +66,20 @@ class MemoryJob:
 class MemoryNodes:
     """End-of-turn extraction and the flush before compaction, sharing processed ids."""
 
-    def __init__(self, models: Models, compact: CompactNode, settings: Settings) -> None:
-        self._extractor = MemoryExtractor(models.memory_model)
-        self._compact = compact
+    def __init__(
+        self,
+        models: Models,
+        planner: CompactionPlanner,
+        settings: Settings,
+        *,
+        extraction_prompt: str | None = None,
+    ) -> None:
+        """``planner`` is the ``compact`` node's: a flush extracts from what it will fold.
+
+        ``extraction_prompt`` replaces ``EXTRACTION_PROMPT`` (see ``MemoryExtractor``).
+        """
+        self._extractor = MemoryExtractor(models.memory_model, extraction_prompt)
+        self._planner = planner
         self._settings = settings
 
     def _job(
@@ -108,7 +119,7 @@ class MemoryNodes:
         )
 
     def _folded(self, state: AgentState, settings: Settings) -> list[AnyMessage]:
-        old, _ = self._compact.split(state, settings)
+        old, _ = self._planner.split(state, settings)
         return old
 
     def extract_turn(

@@ -11,8 +11,8 @@ from langgraph.prebuilt import ToolRuntime
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import count_text
-from ctxgraph.store.memory.repository import Fact, MemoryRepository
+from ctxgraph.state.tokens import TokenCounter, count_text
+from ctxgraph.store.memory.repository import Fact, MemoryRepository, RepositoryFactory
 
 MIN_LIMIT = 1
 MAX_LIMIT = 10
@@ -31,8 +31,12 @@ def clamp_limit(limit: int) -> int:
     return max(MIN_LIMIT, min(int(limit), MAX_LIMIT))
 
 
-def visible_results(facts: list[Fact], max_tokens: int) -> str:
-    """The results as JSON, dropping the lowest-ranked until it fits ``max_tokens``."""
+def visible_results(facts: list[Fact], max_tokens: int, counter: TokenCounter | None = None) -> str:
+    """The results as JSON, dropping the lowest-ranked until it fits ``max_tokens``.
+
+    Tokens are counted with ``counter`` (the graph's), else with ``count_text``.
+    """
+    count = count_text if counter is None else counter.count_text
     rows: list[dict[str, Any]] = [
         {
             "id": fact.id,
@@ -44,25 +48,36 @@ def visible_results(facts: list[Fact], max_tokens: int) -> str:
         for fact in facts
     ]
     text = json.dumps(rows, ensure_ascii=False)
-    while rows and count_text(text) > max_tokens:
+    while rows and count(text) > max_tokens:
         rows.pop()
         text = json.dumps(rows, ensure_ascii=False)
     return text
 
 
-def _setup(runtime: ToolRuntime[Context], query: str) -> tuple[MemoryRepository, Context]:
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("give a non-empty query: keywords for what to look up")
-    if runtime.store is None:
-        raise ValueError("long-term memory is not available in this run (no store)")
-    return MemoryRepository(runtime.store), require_context(runtime.context)
-
-
 class MemorySearch:
-    """Runs searches in the run's own namespaces; identity never comes from arguments."""
+    """Runs searches in the run's own namespaces; identity never comes from arguments.
 
-    def __init__(self, settings: Settings) -> None:
+    ``repositories`` gives the repository of the run's Store, with the graph's ranker;
+    ``counter`` measures the results against ``memory_search_max_tokens``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        repositories: RepositoryFactory | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
         self._settings = settings
+        self._repositories = repositories or RepositoryFactory(settings=settings)
+        self._counter = counter
+
+    def _setup(self, runtime: ToolRuntime[Context], query: str) -> tuple[MemoryRepository, Context]:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("give a non-empty query: keywords for what to look up")
+        if runtime.store is None:
+            raise ValueError("long-term memory is not available in this run (no store)")
+        return self._repositories(runtime.store), require_context(runtime.context)
 
     def _settings_for(self, context: Context) -> Settings:
         """The graph's settings with the run's overrides, as every node sees them."""
@@ -70,26 +85,31 @@ class MemorySearch:
 
     def search(self, query: str, runtime: ToolRuntime[Context], limit: int = 5) -> str:
         """Search this user's long-term memory."""
-        repository, context = _setup(runtime, query)
+        repository, context = self._setup(runtime, query)
         settings = self._settings_for(context)
         facts = repository.search(
             context, query, top_k=clamp_limit(limit), age_from=settings.memory_age_from
         )
-        return visible_results(facts, settings.memory_search_max_tokens)
+        return visible_results(facts, settings.memory_search_max_tokens, self._counter)
 
     async def asearch(self, query: str, runtime: ToolRuntime[Context], limit: int = 5) -> str:
         """Async :meth:`search`."""
-        repository, context = _setup(runtime, query)
+        repository, context = self._setup(runtime, query)
         settings = self._settings_for(context)
         facts = await repository.asearch(
             context, query, top_k=clamp_limit(limit), age_from=settings.memory_age_from
         )
-        return visible_results(facts, settings.memory_search_max_tokens)
+        return visible_results(facts, settings.memory_search_max_tokens, self._counter)
 
 
-def memory_search_tool(settings: Settings) -> BaseTool:
-    """The ``memory_search`` tool bound to the main model."""
-    searcher = MemorySearch(settings)
+def memory_search_tool(
+    settings: Settings,
+    *,
+    repositories: RepositoryFactory | None = None,
+    counter: TokenCounter | None = None,
+) -> BaseTool:
+    """The ``memory_search`` tool bound to the main model (see ``MemorySearch``)."""
+    searcher = MemorySearch(settings, repositories=repositories, counter=counter)
     return StructuredTool.from_function(
         func=searcher.search,
         coroutine=searcher.asearch,

@@ -13,7 +13,7 @@ from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.progress import ProcessedMessages
 from ctxgraph.store.memory.queue import MemoryQueue, PendingExtraction
-from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.repository import RepositoryFactory
 
 logger = logging.getLogger("ctxgraph.memory")
 
@@ -28,15 +28,17 @@ def process_pending(
     threshold: float,
     quiet_seconds: float,
     now: datetime | None = None,
+    repositories: RepositoryFactory | None = None,
 ) -> Processed:
     """Extract every queued item whose thread has been quiet for ``quiet_seconds``.
 
     A processed item has its row ids marked as processed and leaves the queue (unless newer
     rows arrived meanwhile). An item whose extraction fails is logged and stays queued, so a
-    later run retries it and nothing is lost.
+    later run retries it and nothing is lost. ``repositories`` gives the repository the
+    extractions write through (the graph's, when the graph's process runs the worker).
     """
     queue = MemoryQueue(store)
-    repository = MemoryRepository(store)
+    repository = (repositories or RepositoryFactory())(store)
     processed: Processed = []
     for item in queue.due(quiet_seconds=quiet_seconds, now=now):
         try:
@@ -62,12 +64,19 @@ def process_pending(
     return processed
 
 
-def worker_from_env(environ: Mapping[str, str]) -> tuple[MemoryExtractor, Settings]:
+def worker_from_env(
+    environ: Mapping[str, str], *, extraction_prompt: str | None = None
+) -> tuple[MemoryExtractor, Settings]:
     """The extractor on the configured memory model, and the settings (pass ``os.environ``).
 
+    ``extraction_prompt`` replaces ``EXTRACTION_PROMPT``, as ``build_graph``'s argument of
+    that name does; give the same one to process the extractions a graph built with it
+    deferred.
+
     Raises ``ModelConfigError`` or ``SettingsError`` with a one-line message when the
-    environment does not configure a usable model or settings.
+    environment does not configure a usable model or settings, and ``PromptTemplateError``
+    for a template that cannot be filled.
     """
     models = Models.from_env(environ)
     settings = Settings.from_env(environ)
-    return MemoryExtractor(models.memory_model), settings
+    return MemoryExtractor(models.memory_model, extraction_prompt), settings

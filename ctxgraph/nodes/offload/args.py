@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import count_text
+from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
 
 logger = logging.getLogger("ctxgraph.offload")
@@ -97,14 +97,18 @@ def _offloaded(message: BaseMessage) -> set[tuple[str, str]]:
     }
 
 
-def long_arguments(messages: Sequence[AnyMessage], settings: Settings) -> list[LongArgument]:
+def long_arguments(
+    messages: Sequence[AnyMessage], settings: Settings, *, counter: TokenCounter | None = None
+) -> list[LongArgument]:
     """String arguments over ``offload_args_min_tokens`` in the tool calls of ``messages``.
 
     Arguments offloaded already are skipped, so a placeholder is never offloaded again.
-    Cheap for short strings: one of ``n`` characters has at most ``4 n`` tokens, so only
+    Tokens are counted with ``counter`` (the graph's), else with tiktoken; then it is
+    cheap for short strings: one of ``n`` characters has at most ``4 n`` tokens, so only
     long strings are counted.
     """
     least = settings.offload_args_min_tokens
+    custom = counter is not None and not counter.tiktoken
     found: list[LongArgument] = []
     for message in messages:
         if not isinstance(message, AIMessage) or not message.tool_calls or not message.id:
@@ -113,9 +117,11 @@ def long_arguments(messages: Sequence[AnyMessage], settings: Settings) -> list[L
         for index, call in enumerate(message.tool_calls):
             call_id = call_id_of(message, index, call)
             for path, text in _strings(call["args"]):
-                if 4 * len(text) <= least or (call_id, arg_path(path)) in done:
+                if (call_id, arg_path(path)) in done or (not custom and 4 * len(text) <= least):
                     continue
-                tokens = _tokens(text)
+                tokens = (
+                    counter.count_text(text) if counter is not None and custom else _tokens(text)
+                )
                 if tokens > least:
                     found.append(LongArgument(message, call_id, call["name"], path, text, tokens))
     return found

@@ -15,7 +15,7 @@ from langchain_core.messages import AnyMessage, BaseMessage
 from ctxgraph.nodes.offload.refs import OFFLOAD_FAILED_KEY, OFFLOAD_KEY
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import count_text, encoding
+from ctxgraph.state.tokens import TokenCounter, count_text, encoding
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
 
 logger = logging.getLogger("ctxgraph.offload")
@@ -143,14 +143,20 @@ def refusal_limit(
 
 
 def large_inputs(
-    messages: Sequence[AnyMessage], settings: Settings, window: int | None = None
+    messages: Sequence[AnyMessage],
+    settings: Settings,
+    window: int | None = None,
+    *,
+    counter: TokenCounter | None = None,
 ) -> list[LargeInput]:
     """Real user messages over ``input_threshold`` not offloaded yet, in order.
 
     A message already replaced (by a stub or a not-saved notice) is never picked again;
-    one too short to gain from its stub is left alone. Cheap for short messages: a text
-    of ``n`` characters has at most ``4 n`` tokens, so only long texts are counted.
+    one too short to gain from its stub is left alone. Tokens are counted with
+    ``counter`` (the graph's), else with tiktoken; then it is cheap for short messages: a
+    text of ``n`` characters has at most ``4 n`` tokens, so only long texts are counted.
     """
+    custom = counter is not None and not counter.tiktoken
     limit = input_threshold(settings, window)
     if limit <= 0:
         return []
@@ -164,9 +170,12 @@ def large_inputs(
         if OFFLOAD_KEY in extra or OFFLOAD_FAILED_KEY in extra:
             continue
         text = content_text(message)
-        if 4 * len(text) <= floor:
+        if counter is not None and custom:
+            tokens = counter.count_text(text)
+        elif 4 * len(text) <= floor:
             continue
-        tokens = _tokens(text)
+        else:
+            tokens = _tokens(text)
         if tokens > floor:
             found.append(LargeInput(message, text, tokens, excerpt, limit, window is not None))
     return found

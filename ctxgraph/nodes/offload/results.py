@@ -24,7 +24,7 @@ from ctxgraph.state.context import require_context
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import count_text
+from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
 from ctxgraph.store.artifacts.records import REF_PATTERN
 
@@ -80,13 +80,19 @@ class Oversized:
         return {"source_id": self.call_id, "tool_name": self.tool_name, "tokens": self.tokens}
 
 
-def over_threshold(text: str, threshold: int) -> int | None:
+def over_threshold(text: str, threshold: int, counter: TokenCounter | None = None) -> int | None:
     """The tokens of ``text`` when there are more than ``threshold`` (> 0), else None.
 
-    Every cl100k token covers at least one UTF-8 byte, so a text of at most ``threshold``
-    bytes is never counted.
+    Counted with ``counter`` (the graph's), else with ``count_text``. Every cl100k token
+    covers at least one UTF-8 byte, so with tiktoken a text of at most ``threshold`` bytes
+    is never counted.
     """
-    if threshold <= 0 or len(text) * 4 <= threshold:
+    if threshold <= 0:
+        return None
+    if counter is not None and not counter.tiktoken:
+        tokens = counter.count_text(text)
+        return tokens if tokens > threshold else None
+    if len(text) * 4 <= threshold:
         return None
     if len(text.encode("utf-8", errors="surrogatepass")) <= threshold:
         return None
@@ -148,19 +154,26 @@ class ResultOffloader:
     """A ``ToolWrapper``: a result over its threshold becomes an artifact and a stub.
 
     The threshold is ``Settings.offload_threshold`` of the tool, with the main model's
-    input window, under the run's effective settings; tokens are counted exactly. The
-    artifact's source is the tool call id, so a replayed step finds its artifact again
-    instead of writing a second. When the result cannot be stored (no Store, no thread
-    id, a failed write or read-back), it is cut to its head and tail with a notice that it
-    was NOT saved; the oversized original never reaches the model. Results of the tools
-    that read stored content back (``NEVER_OFFLOADED``) and ``Command`` results pass
-    through unchanged.
+    input window, under the run's effective settings; tokens are counted exactly (with the
+    graph's ``TokenCounter``). The artifact's source is the tool call id, so a replayed
+    step finds its artifact again instead of writing a second. When the result cannot be
+    stored (no Store, no thread id, a failed write or read-back), it is cut to its head and
+    tail with a notice that it was NOT saved; the oversized original never reaches the
+    model. Results of the tools that read stored content back (``NEVER_OFFLOADED``) and
+    ``Command`` results pass through unchanged.
     """
 
-    def __init__(self, main: BaseChatModel, settings: Settings) -> None:
-        """``main`` reports the input window; ``settings`` are the graph's build-time ones."""
+    def __init__(
+        self, main: BaseChatModel, settings: Settings, *, counter: TokenCounter | None = None
+    ) -> None:
+        """``main`` reports the input window; ``settings`` are the graph's build-time ones.
+
+        ``counter`` is the graph's ``TokenCounter`` (None: tiktoken), so a caller's
+        ``token_counter`` decides which results are over their threshold.
+        """
         self._main = main
         self._settings = settings
+        self._counter = counter
         self._recent: OrderedDict[str, deque[str]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -222,7 +235,8 @@ class ResultOffloader:
         settings = effective_settings(require_context(request.runtime.context), self._settings)
         window = input_window(self._main, settings.context_window)
         text = content_text(result)
-        tokens = over_threshold(text, settings.offload_threshold(tool_name, window))
+        threshold = settings.offload_threshold(tool_name, window)
+        tokens = over_threshold(text, threshold, self._counter)
         if tokens is None:
             return None
         call_id = str(request.tool_call.get("id") or result.tool_call_id or "")

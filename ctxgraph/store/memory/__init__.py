@@ -1,5 +1,6 @@
 """Long-term memory: the repository, its acceptance rules, fact records and the work queue."""
 
+from ctxgraph.store.memory.ranking import Ranker, Source, rank, scored_candidates
 from ctxgraph.store.memory.repository import (
     HISTORY_LIMIT,
     PROFILE_SECTIONS,
@@ -10,6 +11,7 @@ from ctxgraph.store.memory.repository import (
     MemoryRepository,
     MemoryUpdate,
     ProfileUpdate,
+    RepositoryFactory,
     accept_candidate,
     accept_profile_update,
 )
@@ -24,6 +26,11 @@ __all__ = [
     "MemoryRepository",
     "MemoryUpdate",
     "ProfileUpdate",
+    "Ranker",
+    "RepositoryFactory",
+    "Source",
     "accept_candidate",
     "accept_profile_update",
+    "rank",
+    "scored_candidates",
 ]

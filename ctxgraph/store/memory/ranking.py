@@ -1,11 +1,16 @@
-"""Turns BM25 (and semantic) candidates of fact namespaces into ranked ``Fact`` records."""
+"""Turns BM25 (and semantic) candidates of fact namespaces into ranked ``Fact`` records.
+
+``Ranker`` is the one seam every ranked read of long-term memory goes through: the memory
+view, the ``memory_search`` tool, ``ctxgraph memory search`` and ``MemoryRepository.search``
+all order their candidates with the repository's ranker, ``rank`` unless one is given.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
@@ -14,7 +19,16 @@ from ctxgraph.store.search.hybrid import Semantic, fuse
 from ctxgraph.store.search.index import Hit
 from ctxgraph.store.search.scoring import AgeFrom, days_between, score_at_age, utc_micros
 
-__all__ = ["LeadingFact", "Source", "age_from_of", "check_search", "leading_facts", "rank"]
+__all__ = [
+    "LeadingFact",
+    "Ranker",
+    "Source",
+    "age_from_of",
+    "check_search",
+    "leading_facts",
+    "rank",
+    "scored_candidates",
+]
 
 LeadingFact = tuple[FactScope, str, Mapping[str, Any]]
 """A fact offered regardless of the query: its scope, key and stored value."""
@@ -41,23 +55,58 @@ def check_search(query: object, top_k: object) -> None:
         raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
 
 
-def age_from_of(context: Context, explicit: AgeFrom | None) -> AgeFrom:
-    """``explicit``, else the context's ``Settings.memory_age_from``, else the default."""
+def age_from_of(
+    context: Context, explicit: AgeFrom | None, settings: Settings | None = None
+) -> AgeFrom:
+    """``explicit``, else ``memory_age_from`` of the run's effective settings.
+
+    The effective settings are ``settings`` (the graph's, default ``Settings()``) with the
+    fields the context's ``Context.settings`` set on top, as every node sees them.
+    """
     if explicit is not None:
         return explicit
-    return (context.settings or Settings()).memory_age_from
+    base = settings if settings is not None else Settings()
+    override = context.settings
+    return (base if override is None else override.merged_onto(base)).memory_age_from
 
 
-def rank(
-    sources: Sequence[Source], top_k: int, now: datetime | None, age_from: AgeFrom
-) -> list[Fact]:
-    """Every candidate scored by ``final_score``; the best ``top_k``, each with its score.
+@runtime_checkable
+class Ranker(Protocol):
+    """Orders the candidates of a memory search: the best ``top_k`` facts, best first.
+
+    ``sources`` holds each namespace's candidates (BM25 hits and, in hybrid mode, semantic
+    neighbours); ``scored_candidates`` turns them into ``Fact`` records scored as ``rank``
+    scores them. ``now`` is the moment ages are measured at (None: the current time),
+    ``age_from`` which stored moment ages a fact, ``query`` the search text. Each returned
+    fact's ``score`` is shown by ``memory_search`` and ``ctxgraph memory search``. ``rank``
+    (today's ``final_score`` order) is the default; a plain function of this signature is a
+    ranker.
+    """
+
+    def __call__(
+        self,
+        sources: Sequence[Source],
+        top_k: int,
+        now: datetime | None,
+        age_from: AgeFrom,
+        *,
+        query: str,
+    ) -> list[Fact]:
+        """The best ``top_k`` candidates, best first."""
+        ...
+
+
+_Scored = tuple[float, int, str, FactScope, Mapping[str, Any]]
+
+
+def _scored(sources: Sequence[Source], now: datetime | None, age_from: AgeFrom) -> list[_Scored]:
+    """Every candidate with its ``final_score``, best first.
 
     Ties go to the newer fact, then to the smaller id.
     """
     current = utc_micros(now if now is not None else datetime.now(UTC))
     moment_key = "confirmed_at" if age_from == "confirmed" else "created_at"
-    scored: list[tuple[float, int, str, FactScope, Mapping[str, Any]]] = []
+    scored: list[_Scored] = []
     for source in sources:
         values: dict[str, Mapping[str, Any]] = {key: value for key, _, value in source.hits}
         lexical = [(key, raw) for key, raw, _ in source.hits]
@@ -77,10 +126,40 @@ def rank(
             score = score_at_age(raw, float(value.get("confidence", 0.0)), days)
             scored.append((score, created, key, source.scope, value))
     scored.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
+    return scored
+
+
+def _facts(scored: Sequence[_Scored]) -> list[Fact]:
     return [
         replace(fact_from_value(key, value, scope), score=score)
-        for score, _, key, scope, value in scored[:top_k]
+        for score, _, key, scope, value in scored
     ]
+
+
+def scored_candidates(
+    sources: Sequence[Source], now: datetime | None, age_from: AgeFrom
+) -> list[Fact]:
+    """Every candidate of ``sources`` as a ``Fact`` with its ``final_score``, best first.
+
+    The order ``rank`` keeps the first ``top_k`` of; a ``Ranker`` may reorder or rescore it.
+    """
+    return _facts(_scored(sources, now, age_from))
+
+
+def rank(
+    sources: Sequence[Source],
+    top_k: int,
+    now: datetime | None,
+    age_from: AgeFrom,
+    *,
+    query: str = "",
+) -> list[Fact]:
+    """Every candidate scored by ``final_score``; the best ``top_k``, each with its score.
+
+    Ties go to the newer fact, then to the smaller id. The default ``Ranker``; ``query``
+    is not needed, the candidates were chosen for it.
+    """
+    return _facts(_scored(sources, now, age_from)[:top_k])
 
 
 def leading_facts(matches: Sequence[Fact], leading: Sequence[LeadingFact]) -> list[Fact]:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal, cast, get_args
+from datetime import datetime
+from functools import partial
+from typing import Any, Literal
 
-from langgraph.store.base import BaseStore, GetOp, Item, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item
 
 from ctxgraph.state.context import Context, ContextError
+from ctxgraph.state.settings import Settings
 from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
 from ctxgraph.store.memory.ranking import (
     LeadingFact,
+    Ranker,
     Source,
     age_from_of,
     check_search,
@@ -27,16 +28,27 @@ from ctxgraph.store.memory.rules import (
     FactCandidate,
     MemoryUpdate,
     ProfileUpdate,
-    Section,
     accept_candidate,
     accept_profile_update,
     normalize_text,
     slug_key,
     static_rejection,
 )
+from ctxgraph.store.memory.writes import (
+    HISTORY_LIMIT,
+    PROFILE_KEY,
+    PROFILE_SECTIONS,
+    SECTION_LIMIT,
+    FactWrite,
+    default_key,
+    merge_section,
+    merged_value,
+    profile_sections,
+    profile_value,
+    utc,
+)
 from ctxgraph.store.namespaces import project_facts, user_facts, user_profile
 from ctxgraph.store.search.hybrid import (
-    FACT_INDEX_FIELDS,
     QuerySimilarity,
     asemantic_hits,
     semantic_enabled,
@@ -55,8 +67,11 @@ __all__ = [
     "MemoryRepository",
     "MemoryUpdate",
     "ProfileUpdate",
+    "Ranker",
+    "RepositoryFactory",
     "accept_candidate",
     "accept_profile_update",
+    "merge_section",
 ]
 
 BATCH = 500
@@ -75,153 +90,53 @@ def candidate_pool(top_k: int) -> int:
     return max(2 * top_k, 2 * CANDIDATES)
 
 
-HISTORY_LIMIT = 5
-"""Previous contents kept per fact key."""
-
-SECTION_LIMIT = 600
-"""Characters kept per merged profile section; the oldest sentences are dropped first."""
-
-PROFILE_KEY = "profile"
-PROFILE_SECTIONS: tuple[str, ...] = get_args(Section)
-_SENTENCE = re.compile(r"[^.!?。！？\n]+(?:[.!?。！？]+|\n|$)")
-
-
-def _utc(moment: datetime | None) -> datetime:
-    if moment is None:
-        return datetime.now(UTC)
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _same(a: str, b: str) -> bool:
-    return normalize_text(a).casefold() == normalize_text(b).casefold()
-
-
-def _default_key(content: str) -> str:
-    slug = slug_key(content)[:40].strip("_")
-    digest = hashlib.sha256(normalize_text(content).casefold().encode()).hexdigest()[:10]
-    return f"{slug}_{digest}" if slug else f"fact_{digest}"
-
-
-def _merge(
-    stored: Mapping[str, Any] | None,
-    *,
-    key: str,
-    content: str,
-    category: str,
-    confidence: float,
-    now: datetime,
-    source_thread: str | None,
-    evidence: str | None,
-    confirmed: bool,
-) -> dict[str, Any]:
-    """The value to store under ``key`` after seeing ``content`` again (or for the first time).
-
-    Same content: confidence and created_at are kept; only a confirmation raises the
-    confidence and moves confirmed_at. New content: replaces the old one, which goes to
-    history, and takes the new confidence.
-    """
-    stamp = now.isoformat()
-    if stored is not None and _same(str(stored["content"]), content):
-        value = dict(stored)
-        value["last_seen_at"] = stamp
-        value["is_correction"] = bool(stored.get("is_correction")) or category == "correction"
-        if confirmed:
-            value["confidence"] = max(float(stored["confidence"]), confidence)
-            value["confirmed_at"] = stamp
-        return value
-    history: list[dict[str, str]] = []
-    if stored is not None:
-        history = [*stored.get("history", []), {"content": stored["content"], "replaced_at": stamp}]
-    return {
-        "key": key,
-        "content": content,
-        "category": category,
-        "confidence": confidence,
-        "created_at": stamp,
-        "confirmed_at": stamp,
-        "last_seen_at": stamp,
-        "source_thread": source_thread,
-        "evidence": evidence,
-        "history": history[-HISTORY_LIMIT:],
-        "is_correction": category == "correction",
-    }
-
-
 @dataclass(frozen=True)
-class _Addition:
-    """A fact being added directly (not extracted): everything but its key and content."""
+class RepositoryFactory:
+    """Builds the ``MemoryRepository`` of a run's Store with the graph's ranker and settings.
 
-    category: str
-    confidence: float
-    now: datetime
-    source_thread: str | None = None
-    evidence: str | None = None
+    The memory view, the ``memory_search`` tool and the deferred-extraction worker each get
+    their repository from the one factory the graph was built with, so a ``Ranker`` passed
+    to ``build_graph`` orders the view and the tool alike.
+    """
 
-    def value(self, stored: object, key: str, content: str) -> dict[str, Any]:
-        """The value to store under ``key``, given what is stored there (an Item or None)."""
-        return _merge(
-            stored.value if isinstance(stored, Item) else None,
-            key=key,
-            content=content,
-            category=self.category,
-            confidence=self.confidence,
-            now=self.now,
-            source_thread=self.source_thread,
-            evidence=self.evidence,
-            confirmed=False,
-        )
+    ranker: Ranker | None = None
+    """The graph's ranker; None is ``ranking.rank``."""
+    settings: Settings | None = None
+    """The graph's build-time settings, under the run's ``Context.settings``."""
 
-
-def _fact(item: Item, scope: Literal["user", "project"]) -> Fact:
-    return fact_from_value(item.key, item.value, scope)
-
-
-def _sentences(text: str) -> list[str]:
-    return [s for s in (normalize_text(m) for m in _SENTENCE.findall(text)) if s]
-
-
-def merge_section(existing: str, addition: str, *, limit: int = SECTION_LIMIT) -> str:
-    """Append the new sentences of ``addition`` to ``existing``, dropping the oldest past limit."""
-    sentences: list[str] = []
-    seen: set[str] = set()
-    for sentence in [*_sentences(existing), *_sentences(addition)]:
-        marker = sentence.casefold()
-        if marker not in seen:
-            seen.add(marker)
-            sentences.append(sentence)
-    while len(sentences) > 1 and len(" ".join(sentences)) > limit:
-        sentences.pop(0)
-    return " ".join(sentences)[:limit]
-
-
-def _profile_value(
-    stored: Mapping[str, Any] | None, update: ProfileUpdate, now: datetime
-) -> dict[str, Any]:
-    reason = static_rejection(update)
-    if reason is not None:
-        raise ValueError(f"refusing to store profile update: {reason}")
-    sections = {name: "" for name in PROFILE_SECTIONS}
-    if stored is not None:
-        sections.update({k: str(v) for k, v in stored.get("sections", {}).items()})
-    if update.section == "top_of_mind":
-        sections["top_of_mind"] = normalize_text(update.content)[:SECTION_LIMIT]
-    else:
-        sections[update.section] = merge_section(sections[update.section], update.content)
-    return {"sections": sections, "updated_at": now.isoformat()}
-
-
-def _sections(item: Item | None) -> dict[str, str]:
-    sections = {name: "" for name in PROFILE_SECTIONS}
-    if item is not None:
-        sections.update({k: str(v) for k, v in item.value.get("sections", {}).items()})
-    return sections
+    def __call__(self, store: BaseStore) -> MemoryRepository:
+        """The repository of ``store``."""
+        return MemoryRepository(store, ranker=self.ranker, settings=self.settings)
 
 
 class MemoryRepository:
-    """Reads and writes long-term memory in any LangGraph ``BaseStore``."""
+    """Reads and writes long-term memory in any LangGraph ``BaseStore``.
 
-    def __init__(self, store: BaseStore) -> None:
+    Facts live per user and agent (``scope="user"``) and per project (``"project"``); the
+    profile lives per user. Every method takes the ``Context`` that says whose memory it
+    is; each ``a``-prefixed method is the async twin of the one without the prefix, with
+    the same arguments, result and errors.
+
+    Args:
+        store: Any LangGraph Store (``InMemoryStore``, ``PostgresStore``, ...).
+        ranker: Orders search results and the memory view's matches (``Ranker``); None
+            keeps the default ``final_score`` ranking (``ranking.rank``).
+        settings: The graph's settings: ``memory_age_from`` of these, under a context's
+            ``Context.settings``, ages facts when a search is given no ``age_from``.
+            None is ``Settings()``.
+
+    """
+
+    def __init__(
+        self,
+        store: BaseStore,
+        *,
+        ranker: Ranker | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         self.store = store
+        self.ranker: Ranker = rank if ranker is None else ranker
+        self.settings = settings
 
     # -- namespaces ---------------------------------------------------------------------
 
@@ -264,39 +179,41 @@ class MemoryRepository:
         source_thread: str | None = None,
         evidence: str | None = None,
     ) -> Fact:
-        """Store ``content`` under ``key`` (default: derived from the content) and return it."""
-        namespace, key, content = self._prepare_add(context, content, key, confidence, scope)
-        added = _Addition(category, confidence, _utc(created_at), source_thread, evidence)
-        value = added.value(self.store.get(namespace, key), key, content)
-        self.store.put(namespace, key, value, index=FACT_INDEX_FIELDS)
-        return self._read_back(namespace, key, value, scope)
+        """Store ``content`` as a fact, bypassing extraction and its acceptance rules.
 
-    def add_facts(
-        self,
-        context: Context,
-        contents: Sequence[str],
-        *,
-        category: Category = "context",
-        confidence: float = 0.9,
-        created_at: datetime | None = None,
-        scope: Literal["user", "project"] = "user",
-    ) -> int:
-        """Store many facts at once (an import), keys derived from content; returns the count.
+        A fact already stored under ``key`` with the same content keeps its confidence and
+        ``created_at``; other content replaces it and moves the old content to its history.
 
-        Same rules as :meth:`add_fact`, in batches of ``BATCH`` Store operations.
+        Args:
+            context: Whose memory: the user and agent (and, for ``scope="project"``, the
+                project).
+            content: The fact's text (whitespace is normalized).
+            key: The single-valued attribute the fact sets; None derives one from the
+                content.
+            category: ``preference``, ``context``, ``goal`` or ``correction``.
+            confidence: Between 0 and 1.
+            created_at: When it was learnt; None is now.
+            scope: ``"user"`` (this user and agent) or ``"project"`` (the context's
+                project).
+            source_thread: The thread it came from, if any.
+            evidence: The text that supports it, if any.
+
+        Returns:
+            The fact as stored.
+
+        Raises:
+            ValueError: Empty content, a confidence outside 0..1 or a key that is not
+                1-80 snake_case characters.
+            ContextError: ``scope="project"`` with a context without a ``project_id``.
+
         """
-        prepared = [self._prepare_add(context, c, None, confidence, scope) for c in contents]
-        added = _Addition(category, confidence, _utc(created_at))
-        for start in range(0, len(prepared), BATCH):
-            chunk = prepared[start : start + BATCH]
-            stored = self.store.batch([GetOp(ns, key) for ns, key, _ in chunk])
-            self.store.batch(
-                [
-                    PutOp(ns, key, added.value(old, key, text), index=FACT_INDEX_FIELDS)
-                    for (ns, key, text), old in zip(chunk, stored, strict=True)
-                ]
-            )
-        return len(prepared)
+        moment = utc(created_at)
+        plan = self._fact_write(
+            context, content, key, category, confidence, moment, scope, source_thread, evidence
+        )
+        value = plan.value(self.store.get(plan.namespace, plan.key))
+        self.store.put(plan.namespace, plan.key, value, index=plan.index)
+        return plan.fact(value)
 
     async def aadd_fact(
         self,
@@ -312,30 +229,93 @@ class MemoryRepository:
         evidence: str | None = None,
     ) -> Fact:
         """Async :meth:`add_fact`."""
-        namespace, key, content = self._prepare_add(context, content, key, confidence, scope)
-        added = _Addition(category, confidence, _utc(created_at), source_thread, evidence)
-        value = added.value(await self.store.aget(namespace, key), key, content)
-        await self.store.aput(namespace, key, value, index=FACT_INDEX_FIELDS)
-        return self._read_back(namespace, key, value, scope)
+        moment = utc(created_at)
+        plan = self._fact_write(
+            context, content, key, category, confidence, moment, scope, source_thread, evidence
+        )
+        value = plan.value(await self.store.aget(plan.namespace, plan.key))
+        await self.store.aput(plan.namespace, plan.key, value, index=plan.index)
+        return plan.fact(value)
 
-    def _prepare_add(
-        self, context: Context, content: str, key: str | None, confidence: float, scope: str
-    ) -> tuple[tuple[str, ...], str, str]:
+    def add_facts(
+        self,
+        context: Context,
+        contents: Sequence[str],
+        *,
+        category: Category = "context",
+        confidence: float = 0.9,
+        created_at: datetime | None = None,
+        scope: Literal["user", "project"] = "user",
+    ) -> int:
+        """Store many facts at once (an import), each keyed by its content.
+
+        Same rules as :meth:`add_fact`, in batches of ``BATCH`` Store operations.
+
+        Args:
+            context: Whose memory, as in :meth:`add_fact`.
+            contents: The facts' texts.
+            category: The category of every fact.
+            confidence: The confidence of every fact.
+            created_at: When they were learnt; None is now.
+            scope: ``"user"`` or ``"project"``.
+
+        Returns:
+            How many facts were stored.
+
+        Raises:
+            ValueError: As :meth:`add_fact`, before anything is stored.
+            ContextError: As :meth:`add_fact`.
+
+        """
+        moment = utc(created_at)
+        plans = [
+            self._fact_write(context, text, None, category, confidence, moment, scope)
+            for text in contents
+        ]
+        for start in range(0, len(plans), BATCH):
+            chunk = plans[start : start + BATCH]
+            stored = self.store.batch([GetOp(plan.namespace, plan.key) for plan in chunk])
+            self.store.batch(
+                [
+                    plan.put_op(old if isinstance(old, Item) else None)
+                    for plan, old in zip(chunk, stored, strict=True)
+                ]
+            )
+        return len(plans)
+
+    def _fact_write(
+        self,
+        context: Context,
+        content: str,
+        key: str | None,
+        category: Category,
+        confidence: float,
+        now: datetime,
+        scope: Literal["user", "project"],
+        source_thread: str | None = None,
+        evidence: str | None = None,
+    ) -> FactWrite:
+        """The plan of a direct write, its arguments checked (no I/O)."""
         text = normalize_text(content)
         if not text:
             raise ValueError("a fact needs non-empty content")
         if not 0.0 <= confidence <= 1.0:
             raise ValueError(f"confidence must be within 0..1, got {confidence}")
-        resolved = _default_key(text) if key is None else slug_key(key)
+        resolved = default_key(text) if key is None else slug_key(key)
         if not resolved or len(resolved) > 80:
             raise ValueError(f"a fact key must be 1-80 snake_case characters, got {key!r}")
-        return self._namespace(context, scope), resolved, text
-
-    @staticmethod
-    def _read_back(namespace: tuple[str, ...], key: str, value: dict[str, Any], scope: str) -> Fact:
-        now = datetime.now(UTC)
-        item = Item(value=value, key=key, namespace=namespace, created_at=now, updated_at=now)
-        return _fact(item, cast(Literal["user", "project"], scope))
+        merge = partial(
+            merged_value,
+            key=resolved,
+            content=text,
+            category=category,
+            confidence=confidence,
+            now=now,
+            source_thread=source_thread,
+            evidence=evidence,
+            confirmed=False,
+        )
+        return FactWrite(self._namespace(context, scope), resolved, scope, merge)
 
     def remember(
         self,
@@ -347,19 +327,32 @@ class MemoryRepository:
         now: datetime | None = None,
         confirmed: bool = False,
     ) -> Fact | None:
-        """Store an accepted candidate in its drawer; None when the decision rejected it.
+        """Store an extracted candidate the acceptance rules accepted, in its scope.
 
-        ``confirmed=True`` (the user explicitly confirmed the fact) is the only way to raise
-        the confidence of a fact already stored with the same content.
+        Args:
+            context: Whose memory.
+            candidate: The memory model's candidate.
+            decision: ``accept_candidate``'s decision on it.
+            thread_id: The thread it was extracted from.
+            now: When it was seen; None is now.
+            confirmed: The user explicitly confirmed the fact: the only way to raise the
+                confidence of a fact already stored with the same content.
+
+        Returns:
+            The fact as stored, or None when ``decision`` rejected the candidate.
+
+        Raises:
+            ValueError: The candidate can never be stored (transactional or temporary) or
+                the decision's target is not the candidate's scope.
+            ContextError: A project candidate with a context without a ``project_id``.
+
         """
-        scope = self._checked(candidate, decision)
-        if scope is None:
+        plan = self._remember_write(context, candidate, decision, thread_id, now, confirmed)
+        if plan is None:
             return None
-        namespace = self._namespace(context, scope)
-        stored = self.store.get(namespace, candidate.key)
-        value = self._remembered(stored, candidate, thread_id, now, confirmed)
-        self.store.put(namespace, candidate.key, value, index=FACT_INDEX_FIELDS)
-        return self._read_back(namespace, candidate.key, value, scope)
+        value = plan.value(self.store.get(plan.namespace, plan.key))
+        self.store.put(plan.namespace, plan.key, value, index=plan.index)
+        return plan.fact(value)
 
     async def aremember(
         self,
@@ -372,34 +365,39 @@ class MemoryRepository:
         confirmed: bool = False,
     ) -> Fact | None:
         """Async :meth:`remember`."""
-        scope = self._checked(candidate, decision)
-        if scope is None:
+        plan = self._remember_write(context, candidate, decision, thread_id, now, confirmed)
+        if plan is None:
             return None
-        namespace = self._namespace(context, scope)
-        stored = await self.store.aget(namespace, candidate.key)
-        value = self._remembered(stored, candidate, thread_id, now, confirmed)
-        await self.store.aput(namespace, candidate.key, value, index=FACT_INDEX_FIELDS)
-        return self._read_back(namespace, candidate.key, value, scope)
+        value = plan.value(await self.store.aget(plan.namespace, plan.key))
+        await self.store.aput(plan.namespace, plan.key, value, index=plan.index)
+        return plan.fact(value)
 
-    @staticmethod
-    def _remembered(
-        stored: Item | None,
+    def _remember_write(
+        self,
+        context: Context,
         candidate: FactCandidate,
+        decision: Decision,
         thread_id: str,
         now: datetime | None,
         confirmed: bool,
-    ) -> dict[str, Any]:
-        return _merge(
-            None if stored is None else stored.value,
+    ) -> FactWrite | None:
+        """The plan of storing an accepted candidate; None when the decision rejected it."""
+        scope = self._checked(candidate, decision)
+        if scope is None:
+            return None
+        merge = partial(
+            merged_value,
             key=candidate.key,
             content=normalize_text(candidate.content),
             category=candidate.category,
             confidence=candidate.confidence,
-            now=_utc(now),
+            now=utc(now),
             source_thread=thread_id,
             evidence=candidate.evidence_text,
             confirmed=confirmed,
         )
+        fact_scope: FactScope = "project" if scope == "project" else "user"
+        return FactWrite(self._namespace(context, scope), candidate.key, fact_scope, merge)
 
     @staticmethod
     def _facts(rows: list[tuple[str, Mapping[str, Any]]], scope: FactScope) -> list[Fact]:
@@ -415,7 +413,15 @@ class MemoryRepository:
         return self._facts(await fact_index_cache.avalues(self.store, namespace), scope)
 
     def list_user_facts(self, context: Context) -> list[Fact]:
-        """The facts this agent keeps about this user, oldest first."""
+        """The facts this agent keeps about this user.
+
+        Args:
+            context: Whose memory (user and agent).
+
+        Returns:
+            The facts, oldest first.
+
+        """
         return self._listed(context, "user")
 
     async def alist_user_facts(self, context: Context) -> list[Fact]:
@@ -423,7 +429,15 @@ class MemoryRepository:
         return await self._alisted(context, "user")
 
     def list_project_facts(self, context: Context) -> list[Fact]:
-        """The facts of the context's project, oldest first; empty without a project."""
+        """The facts of the context's project.
+
+        Args:
+            context: Whose memory; its ``project_id`` names the project.
+
+        Returns:
+            The facts, oldest first; empty without a project.
+
+        """
         if context.project_id is None:
             return []
         return self._listed(context, "project")
@@ -435,7 +449,15 @@ class MemoryRepository:
         return await self._alisted(context, "project")
 
     def list_facts(self, context: Context) -> list[Fact]:
-        """User facts for this agent, then the project's facts when the context has a project."""
+        """User facts for this agent, then the project's facts when the context has a project.
+
+        Args:
+            context: Whose memory.
+
+        Returns:
+            :meth:`list_user_facts` followed by :meth:`list_project_facts`.
+
+        """
         return [*self.list_user_facts(context), *self.list_project_facts(context)]
 
     async def alist_facts(self, context: Context) -> list[Fact]:
@@ -466,15 +488,51 @@ class MemoryRepository:
         BM25 picks ``candidate_pool(top_k)`` candidates per namespace (facts tied with the
         last one included); when the Store has a vector index, as many semantic neighbours
         join them (``store.hybrid``). The pool is the one the memory view ranks, so both
-        put the same fact first. Candidates are reranked by ``store.search.final_score``
-        (relevance decayed by age, plus confidence); each result carries its ``score``.
-        ``age_from`` overrides ``Settings.memory_age_from`` (from the context's settings,
-        else the default). The index is refreshed from the Store first, so a fact written
-        by any process sharing the Store is found.
+        put the same fact first. The repository's ranker orders the candidates: by default
+        ``store.search.final_score`` (relevance decayed by age, plus confidence). The index
+        is refreshed from the Store first, so a fact written by any process sharing the
+        Store is found.
+
+        Args:
+            context: Whose memory: this user and agent, and the context's project.
+            query: What to look for.
+            top_k: How many facts to return at most (at least 1).
+            now: The moment ages are measured at; None is now.
+            age_from: ``"created"`` or ``"confirmed"``: which moment ages a fact; None
+                takes ``memory_age_from`` of the repository's settings under the
+                context's ``Context.settings``.
+
+        Returns:
+            The best facts, each with its ``score``.
+
+        Raises:
+            ValueError: ``query`` is not a string or ``top_k`` is not a whole number of
+                at least 1.
+            SettingsError: The context's settings cannot apply to the repository's.
+
         """
         check_search(query, top_k)
         sources, _ = self._sources(context, query, candidate_pool(top_k))
-        return rank(sources, top_k, now, age_from_of(context, age_from))
+        return self._ranked(context, query, sources, top_k, now, age_from)
+
+    def _ranked(
+        self,
+        context: Context,
+        query: str,
+        sources: Sequence[Source],
+        top_k: int,
+        now: datetime | None,
+        age_from: AgeFrom | None,
+    ) -> list[Fact]:
+        """The ranker's best ``top_k`` of ``sources`` (the one place the ranker is called)."""
+        moment = age_from_of(context, age_from, self.settings)
+        ranked = self.ranker(sources, top_k, now, moment, query=query)
+        if not isinstance(ranked, list) or not all(isinstance(f, Fact) for f in ranked):
+            raise TypeError(
+                f"the memory ranker {self.ranker!r} must return a list of Fact records, "
+                f"got {ranked!r:.200}"
+            )
+        return ranked[:top_k]
 
     def _sources(
         self, context: Context, query: str, limit: int, leading: int = 0
@@ -555,7 +613,7 @@ class MemoryRepository:
         """Async :meth:`search`."""
         check_search(query, top_k)
         sources, _ = await self._asources(context, query, candidate_pool(top_k))
-        return rank(sources, top_k, now, age_from_of(context, age_from))
+        return self._ranked(context, query, sources, top_k, now, age_from)
 
     def memory_candidates(
         self,
@@ -569,14 +627,29 @@ class MemoryRepository:
         """Facts worth offering to the memory view, in the order the view should use.
 
         First the best search matches for ``query``, ranked exactly as :meth:`search`
-        ranks them (same candidates, same ``final_score``), so the view and
-        ``memory_search`` agree on which fact comes first. Then the most confident
-        corrections and the most confident facts not already matched, up to ``limit``
-        of each. Read through the same fresh index as :meth:`search`, so a fact stored by
-        any process is seen at once. ``age_from`` as in :meth:`search`.
+        ranks them (same candidates, same ranker), so the view and ``memory_search`` agree
+        on which fact comes first. Then the most confident corrections and the most
+        confident facts not already matched, up to ``limit`` of each. Read through the
+        same fresh index as :meth:`search`, so a fact stored by any process is seen at
+        once.
+
+        Args:
+            context: Whose memory.
+            query: The turn's user text; None or empty offers no matches.
+            limit: Most matches, and most corrections and facts besides them.
+            now: As in :meth:`search`.
+            age_from: As in :meth:`search`.
+
+        Returns:
+            The matches, best first, then the other facts offered.
+
+        Raises:
+            SettingsError: As :meth:`search`.
+
         """
-        sources, first = self._sources(context, query or "", candidate_pool(limit), leading=limit)
-        return leading_facts(rank(sources, limit, now, age_from_of(context, age_from)), first)
+        text = query or ""
+        sources, first = self._sources(context, text, candidate_pool(limit), leading=limit)
+        return leading_facts(self._ranked(context, text, sources, limit, now, age_from), first)
 
     async def amemory_candidates(
         self,
@@ -588,13 +661,21 @@ class MemoryRepository:
         age_from: AgeFrom | None = None,
     ) -> list[Fact]:
         """Async :meth:`memory_candidates`."""
-        sources, first = await self._asources(
-            context, query or "", candidate_pool(limit), leading=limit
-        )
-        return leading_facts(rank(sources, limit, now, age_from_of(context, age_from)), first)
+        text = query or ""
+        sources, first = await self._asources(context, text, candidate_pool(limit), leading=limit)
+        return leading_facts(self._ranked(context, text, sources, limit, now, age_from), first)
 
     def forget(self, context: Context, key: str) -> bool:
-        """Delete ``key`` from the user's facts, else from the project's; True if deleted."""
+        """Delete the fact ``key`` from the user's facts, else from the project's.
+
+        Args:
+            context: Whose memory.
+            key: The fact's key (its ``id``).
+
+        Returns:
+            True if a fact was deleted, False if neither namespace has ``key``.
+
+        """
         for scope in ("user", "project"):
             if scope == "project" and context.project_id is None:
                 continue
@@ -618,24 +699,42 @@ class MemoryRepository:
     # -- profile ------------------------------------------------------------------------
 
     def get_profile(self, context: Context) -> dict[str, str]:
-        """The user's profile sections (empty strings when nothing is known)."""
-        return _sections(self.store.get(user_profile(context.user_id), PROFILE_KEY))
+        """The user's profile (one per user, shared by agents and projects).
+
+        Args:
+            context: Whose profile (its ``user_id``).
+
+        Returns:
+            Every profile section by name; empty strings when nothing is known.
+
+        """
+        return profile_sections(self.store.get(user_profile(context.user_id), PROFILE_KEY))
 
     async def aget_profile(self, context: Context) -> dict[str, str]:
         """Async :meth:`get_profile`."""
-        return _sections(await self.store.aget(user_profile(context.user_id), PROFILE_KEY))
+        return profile_sections(await self.store.aget(user_profile(context.user_id), PROFILE_KEY))
 
     def update_profile(
         self, context: Context, update: ProfileUpdate, *, now: datetime | None = None
     ) -> dict[str, str]:
-        """Merge ``update`` into its section (``top_of_mind`` is replaced); return the profile.
+        """Merge ``update`` into its profile section; ``top_of_mind`` is replaced instead.
 
-        Raises ValueError for an update the gate can never accept (transactional,
-        temporary, or not about the user).
+        Args:
+            context: Whose profile.
+            update: The section and its new content.
+            now: When it was learnt; None is now.
+
+        Returns:
+            The whole profile after the update, as :meth:`get_profile` gives it.
+
+        Raises:
+            ValueError: An update the gate can never accept (transactional, temporary, or
+                not about the user).
+
         """
         namespace = user_profile(context.user_id)
         stored = self.store.get(namespace, PROFILE_KEY)
-        value = _profile_value(None if stored is None else stored.value, update, _utc(now))
+        value = profile_value(None if stored is None else stored.value, update, utc(now))
         self.store.put(namespace, PROFILE_KEY, value, index=False)
         return dict(value["sections"])
 
@@ -645,7 +744,7 @@ class MemoryRepository:
         """Async :meth:`update_profile`."""
         namespace = user_profile(context.user_id)
         stored = await self.store.aget(namespace, PROFILE_KEY)
-        value = _profile_value(None if stored is None else stored.value, update, _utc(now))
+        value = profile_value(None if stored is None else stored.value, update, utc(now))
         await self.store.aput(namespace, PROFILE_KEY, value, index=False)
         return dict(value["sections"])
 
@@ -665,7 +764,16 @@ class MemoryRepository:
         }
 
     def export(self, context: Context) -> dict[str, Any]:
-        """Everything remembered for this user, agent and project, JSON-serialisable."""
+        """Everything remembered for this user, agent and project.
+
+        Args:
+            context: Whose memory.
+
+        Returns:
+            A JSON-serialisable mapping: ``user_id``, ``agent_name``, ``project_id``,
+            ``profile``, ``facts`` and ``project_facts`` (each fact as ``Fact.to_dict``).
+
+        """
         return self._export(
             context,
             self.get_profile(context),
@@ -685,12 +793,28 @@ class MemoryRepository:
     # -- batched reads ------------------------------------------------------------------
 
     def profile_op(self, context: Context) -> GetOp:
-        """The Store read of the user's profile, to batch with other reads."""
+        """The Store read of the user's profile, to batch with other reads.
+
+        Args:
+            context: Whose profile.
+
+        Returns:
+            The read; :meth:`profile_of` turns its result into the profile.
+
+        """
         config = self.store.ttl_config
         refresh = config.get("refresh_on_read", True) if config is not None else True
         return GetOp(user_profile(context.user_id), PROFILE_KEY, refresh)
 
     @staticmethod
     def profile_of(item: Item | None) -> dict[str, str]:
-        """The profile sections in what :meth:`profile_op` read (as :meth:`get_profile`)."""
-        return _sections(item)
+        """The profile in what :meth:`profile_op` read.
+
+        Args:
+            item: The read's result (None when the user has no profile).
+
+        Returns:
+            The profile, as :meth:`get_profile` gives it.
+
+        """
+        return profile_sections(item)

@@ -77,7 +77,7 @@ def build_record(
     *,
     version: int,
     messages: Sequence[BaseMessage],
-    summary: dict[str, Any],
+    summary: Mapping[str, Any],
     previous_cursor: int,
     previous_chain_hash: str,
 ) -> ArchiveRecord:
@@ -98,7 +98,7 @@ def build_record(
         messages=messages_to_dict(messages),
         event_ids=event_ids,
         cursor=cursor,
-        summary=summary,
+        summary=dict(summary),
         checksum=checksum(summary, cursor, event_ids),
         previous_chain_hash=previous_chain_hash,
         chain_hash=chain_hash(previous_chain_hash, messages),

@@ -1,0 +1,359 @@
+"""Background compaction: queue or launch a summary job under the thread's lease, then apply it.
+
+Below the triggers, a step starts a job on a snapshot of the window (a thread of this
+process, or a run on the server's queue); a later step applies the stored result if it
+still fits the thread, and discards it with the reason otherwise. At a trigger, a running
+job is waited for up to ``background_wait_s`` before the ``compact`` node compacts inline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AnyMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.store.base import BaseStore
+
+from ctxgraph.nodes.compaction.background import BackgroundJobs, JobSnapshot
+from ctxgraph.nodes.compaction.commit import CompactionCommit
+from ctxgraph.nodes.compaction.errors import thread_id_of
+from ctxgraph.nodes.compaction.events import emit
+from ctxgraph.nodes.compaction.job_queue import JobQueue, job_payload
+from ctxgraph.nodes.compaction.job_results import discard, unusable, was_applied
+from ctxgraph.nodes.compaction.job_state import (
+    JOB_POLL_S,
+    Launch,
+    job_due,
+    known_job,
+    mark_version,
+)
+from ctxgraph.nodes.compaction.jobs import JobResult, JobResults
+from ctxgraph.nodes.compaction.partition import repair_tool_pairs
+from ctxgraph.nodes.compaction.planner import CompactionPlanner, Plan
+from ctxgraph.nodes.request_size import RequestSize
+from ctxgraph.state.compaction_state import CompactionJob
+from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.settings import Settings
+from ctxgraph.store.persistence.compaction_lease import CompactionLeases, leases_for, new_holder
+
+logger = logging.getLogger("ctxgraph.compaction")
+
+
+class BackgroundCompactor:
+    """Runs the whole life of background jobs: queue, lease, launch, poll, apply, discard."""
+
+    def __init__(
+        self,
+        planner: CompactionPlanner,
+        commit: CompactionCommit,
+        jobs: BackgroundJobs,
+        queue: JobQueue | None = None,
+    ) -> None:
+        """Plan with ``planner``, commit with ``commit``, run jobs with ``jobs``.
+
+        ``queue``, when given, receives the jobs of async runs instead of a thread of this
+        process (on a LangGraph server: ``ServerJobQueue``).
+        """
+        self._planner = planner
+        self._commit = commit
+        self._jobs = jobs
+        self._queue = queue
+
+    def step(
+        self,
+        state: AgentState,
+        settings: Settings,
+        store: BaseStore,
+        config: RunnableConfig,
+        before: RequestSize,
+    ) -> dict[str, Any]:
+        """Below the triggers in background mode: apply a ready result, or start a job.
+
+        A ready result is applied as soon as the run passes ``compact`` (no waiting): the
+        summary is paid for, and a smaller window leaves the next job the whole way from
+        ``background_fraction`` to the trigger. A job that ended without a usable result
+        allows one more attempt from the same version.
+        """
+        thread_id = thread_id_of(config)
+        if job_due(state, settings, before, self._planner.window(settings)):
+            return self._start(state, settings, store, thread_id, before)
+        plan = self._planner.plan(state, settings, store, thread_id, before)
+        applied = self.apply(plan, state.get("messages") or [], config, wait_s=0)
+        if applied is not None:
+            return applied
+        known: CompactionJob = {**(state.get("compaction_job") or {})}
+        current = leases_for(plan.archive.store).current(plan.archive.thread_id)
+        if current is not None and current.live:
+            return {}
+        known["state"] = "ended"
+        known["attempts"] = int(known.get("attempts", 1))
+        return {"compaction_job": known}
+
+    async def queue(
+        self,
+        state: AgentState,
+        settings: Settings,
+        store: BaseStore,
+        config: RunnableConfig,
+        before: RequestSize,
+    ) -> dict[str, Any] | None:
+        """Hand the job's snapshot to the queue (a worker run takes the lease and runs it).
+
+        None without a queue, or when the queue refused it (logged as
+        ``compaction.failed``): the job then runs in a thread of this process instead.
+        """
+        if self._queue is None:
+            return None
+        plan = self._planner.plan(state, settings, store, thread_id_of(config), before)
+        thread_id = plan.archive.thread_id
+        known = known_job(state, "queued")
+        if not plan.old:
+            return {"compaction_job": {**known, "state": "nothing to fold"}}
+        payload = job_payload(
+            thread_id=thread_id,
+            base_version=known["base_version"],
+            folded=plan.old,
+            previous=plan.previous,
+            request=plan.job.current_request,
+            settings=plan.settings,
+            tokens_before=before.tokens,
+            summary_prompt=self._jobs.prompt,
+        )
+        try:
+            run_id = await self._queue.submit(payload)
+        except Exception as error:  # the queue is down: a thread does the job instead
+            emit(
+                "failed",
+                thread_id,
+                base_version=known["base_version"],
+                reason=f"cannot queue the job ({type(error).__name__}: {error}); "
+                "running it in this process",
+            )
+            return None
+        emit(
+            "queued",
+            thread_id,
+            base_version=known["base_version"],
+            run_id=run_id,
+            folded=len(plan.old),
+            tokens_before=before.tokens,
+        )
+        return {"compaction_job": {**known, "run_id": run_id}}
+
+    def _start(
+        self,
+        state: AgentState,
+        settings: Settings,
+        store: BaseStore,
+        thread_id: str,
+        before: RequestSize,
+    ) -> dict[str, Any]:
+        """Start a background summary job on a snapshot of the window, if none is known.
+
+        A result already stored for the current version is left for a step to apply; a
+        lease held elsewhere means another job runs (``skipped_busy``, no summarizer
+        call). Either way ``compaction_job`` records it, so the router does not start
+        another job from this version.
+        """
+        launched = self._launch(state, settings, store, thread_id, before)
+        known = known_job(state, launched.state)
+        if launched.lease is not None:
+            known.update(token=launched.lease.token, holder=launched.lease.holder)
+        return {"compaction_job": known}
+
+    def _launch(
+        self,
+        state: AgentState,
+        settings: Settings,
+        store: BaseStore,
+        thread_id: str,
+        before: RequestSize,
+    ) -> Launch:
+        """Start a job for ``state`` unless a result is ready or another job holds the lease."""
+        version = mark_version(state)
+        ready = JobResults(store, thread_id).ready(version)
+        if ready is not None:
+            return Launch("ready", result=ready)
+        leases = leases_for(store)
+        lease = leases.acquire(thread_id, new_holder(), settings.compaction_lease_s)
+        if lease is None:
+            holder = leases.current(thread_id)
+            emit(
+                "skipped_busy",
+                thread_id,
+                base_version=version,
+                holder=holder.holder if holder else None,
+                token=holder.token if holder else None,
+            )
+            return Launch("busy")
+        plan = self._planner.plan(state, settings, store, thread_id, before)
+        if not plan.old:
+            leases.release(lease)
+            return Launch("nothing to fold")
+        snapshot = JobSnapshot(
+            thread_id=thread_id,
+            base_version=version,
+            folded=list(plan.old),
+            job=plan.job,
+            settings=settings,
+            check=plan.check,
+            tokens_before=before.tokens,
+        )
+        worker = self._jobs.spawn(snapshot, lease, leases, store)
+        emit(
+            "started",
+            thread_id,
+            base_version=version,
+            token=lease.token,
+            folded=len(plan.old),
+            tokens_before=before.tokens,
+        )
+        return Launch("running", lease=lease, worker=worker)
+
+    def run_job(
+        self,
+        state: AgentState,
+        store: BaseStore,
+        thread_id: str,
+        *,
+        wait_s: float,
+        settings: Settings,
+    ) -> Launch:
+        """Start a background job for a saved thread state and wait for it, or join one.
+
+        For tools outside a run (``ctxgraph threads compact``). A result already stored
+        for the thread's version is returned as it is (``ready``). When another job holds
+        the lease, waits for it to end (``joined``). Otherwise starts one and waits for
+        it (``completed``). After ``wait_s`` seconds the state is ``running`` (the job
+        goes on); a job that ended without a result is ``failed`` (the reason is logged).
+        """
+        before = self._planner.measure(state, settings)
+        launched = self._launch(state, settings, store, thread_id, before)
+        if launched.state in ("ready", "nothing to fold"):
+            return launched
+        if launched.worker is not None:
+            launched.worker.join(wait_s)
+            if launched.worker.is_alive():
+                return launched
+        elif not _lease_ended(leases_for(store), thread_id, time.monotonic() + wait_s):
+            return Launch("running")
+        result = JobResults(store, thread_id).ready(mark_version(state))
+        if result is None:
+            return Launch("failed", lease=launched.lease)
+        return Launch("joined" if launched.worker is None else "completed", result=result)
+
+    def apply(
+        self,
+        plan: Plan,
+        window: list[AnyMessage],
+        config: RunnableConfig,
+        *,
+        wait_s: float,
+    ) -> dict[str, Any] | None:
+        """Apply a stored, still-valid job result; None when there is none to apply.
+
+        ``window`` is the thread's working window. While a job's lease is live and no
+        result is ready, waits for it up to ``wait_s``. Results that can no longer apply
+        are discarded (and deleted) with the reason logged and streamed.
+        """
+        store, thread_id = plan.archive.store, plan.archive.thread_id
+        results = JobResults(store, thread_id)
+        leases = leases_for(store)
+        deadline = time.monotonic() + wait_s
+        waited_from: float | None = None
+        repaired, everything = repair_tool_pairs(window)
+        while True:
+            for key, result in self._usable_results(plan, everything, results, leases):
+                update = self._applied(plan, window, repaired, everything, result, config)
+                if not isinstance(update, str):
+                    return update
+                discard(results, key, result, update)
+            current = leases.current(thread_id)
+            if current is None or not current.live or time.monotonic() >= deadline:
+                if waited_from is not None:
+                    logger.info(
+                        "no job result after waiting %.1f s; compacting inline",
+                        time.monotonic() - waited_from,
+                    )
+                return None
+            waited_from = waited_from or time.monotonic()
+            time.sleep(JOB_POLL_S)
+
+    @staticmethod
+    def _usable_results(
+        plan: Plan,
+        everything: list[AnyMessage],
+        results: JobResults,
+        leases: CompactionLeases,
+    ) -> list[tuple[str, JobResult]]:
+        """The stored results that can apply, newest first; every other one is discarded.
+
+        Discarding deletes the result and emits ``compaction.discarded`` with the reason,
+        so results of superseded versions do not pile up.
+        """
+        usable: list[tuple[str, JobResult]] = []
+        for key, result in results.results():
+            if result is None:
+                discard(results, key, None, "unreadable job result")
+                continue
+            reason = unusable(result, plan, everything, leases)
+            if reason is None:
+                usable.append((key, result))
+            elif was_applied(plan.archive, result):
+                results.delete(key)  # its compaction committed: nothing was discarded
+            else:
+                discard(results, key, result, reason)
+        return usable
+
+    def _applied(
+        self,
+        plan: Plan,
+        window: Sequence[AnyMessage],
+        repaired: list[AnyMessage],
+        everything: list[AnyMessage],
+        result: JobResult,
+        config: RunnableConfig,
+    ) -> dict[str, Any] | str:
+        """The committed update of a valid result, or why it does not fit (a string).
+
+        ``repaired`` and ``everything`` are what ``repair_tool_pairs(window)`` returns.
+        """
+        folded = set(result.folded_ids)
+        by_id = {str(m.id): m for m in everything}
+        old: list[AnyMessage] = [by_id[i] for i in result.folded_ids]
+        kept = [m for m in repaired if str(m.id) not in folded]
+        job_plan = plan.refolded(old, kept)
+        problems = job_plan.check(result.sections)
+        if problems:
+            return "the summary no longer passes its checks: " + "; ".join(problems)
+        finished = self._planner.finish(job_plan, result.sections)
+        if isinstance(finished, str):
+            return f"the compacted request would not fit: {finished}"
+        if not self._commit.prepare(plan.archive, finished.record, old, window, config):
+            return {}
+        emit(
+            "applied",
+            plan.archive.thread_id,
+            base_version=result.base_version,
+            version=finished.record["version"],
+            token=result.token,
+            folded=len(old),
+            tokens_before=plan.before.tokens,
+            tokens_after=finished.after.tokens,
+            latency_s=result.latency_s,
+        )
+        return finished.update
+
+
+def _lease_ended(leases: CompactionLeases, thread_id: str, deadline: float) -> bool:
+    """Wait for the thread's lease to end; False when it is still live at ``deadline``."""
+    while True:
+        current = leases.current(thread_id)
+        if current is None or not current.live:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(JOB_POLL_S)

@@ -1,0 +1,161 @@
+"""Inline compaction: summarize, verify and commit a plan within the step, or give up safely.
+
+The sync and async paths share one sans-I/O attempt (``_Attempt``) and differ only in
+how they call the summary model and the archive.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import AnyMessage
+from langchain_core.runnables import RunnableConfig
+
+from ctxgraph.nodes.compaction.commit import CompactionCommit
+from ctxgraph.nodes.compaction.errors import CompactionError
+from ctxgraph.nodes.compaction.planner import CompactionPlanner, Finished, Plan
+from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryWriter
+from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.store.persistence.archive import ArchiveRecord
+
+logger = logging.getLogger("ctxgraph.compaction")
+
+GiveUp = Callable[[Plan, str], dict[str, Any]]
+"""Returns the update of a refused compaction, given its plan and the reason."""
+
+
+class InlineCompactor:
+    """Compacts within the step: one summary, checked, finished by the planner, committed."""
+
+    def __init__(
+        self,
+        planner: CompactionPlanner,
+        writer: SummaryWriter,
+        commit: CompactionCommit,
+        counter: TokenCounter,
+    ) -> None:
+        """Finish with ``planner``, summarize with ``writer``, commit with ``commit``.
+
+        ``counter`` names the largest message when a request cannot fit.
+        """
+        self._planner = planner
+        self._writer = writer
+        self._commit = commit
+        self._counter = counter
+
+    def compact(
+        self, plan: Plan, window: Sequence[AnyMessage], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Synchronous compaction of ``plan``; ``window`` is the thread's working window."""
+        attempt = self._attempt(plan)
+        if attempt.summary_due():
+            try:
+                sections = self._writer.write(plan.job, plan.settings, plan.check)
+            except SummaryError as error:
+                attempt.unsummarized(error)
+            else:
+                attempt.summarized(sections)
+        if (record := attempt.record()) is not None:
+            attempt.prepared(self._commit.prepare(plan.archive, record, plan.old, window, config))
+        return attempt.update()
+
+    async def acompact(
+        self, plan: Plan, window: Sequence[AnyMessage], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Asynchronous :meth:`compact`."""
+        attempt = self._attempt(plan)
+        if attempt.summary_due():
+            try:
+                sections = await self._writer.awrite(plan.job, plan.settings, plan.check)
+            except SummaryError as error:
+                attempt.unsummarized(error)
+            else:
+                attempt.summarized(sections)
+        if (record := attempt.record()) is not None:
+            prepared = await self._commit.aprepare(plan.archive, record, plan.old, window, config)
+            attempt.prepared(prepared)
+        return attempt.update()
+
+    def _attempt(self, plan: Plan) -> _Attempt:
+        return _Attempt(plan, self._planner, self.give_up)
+
+    def give_up(self, plan: Plan, reason: str) -> dict[str, Any]:
+        """Keep the old summary and every message; fail only if the request cannot fit.
+
+        The refusal is counted in ``compaction_retry``, so the next attempt keeps fewer
+        messages and budgets for the largest summary (see ``CompactionPlanner.split``).
+
+        Raises:
+            CompactionError: the request is over the main model's input window.
+
+        """
+        logger.warning("compaction skipped, state left as it was: %s", reason)
+        if plan.window is not None and plan.before.tokens > plan.window:
+            raise CompactionError(
+                f"compaction failed ({reason}) and the request is {plan.before.tokens} tokens, "
+                f"over the main model's input window of {plan.window}; "
+                f"{self._largest(plan.kept + plan.old)}"
+            )
+        return {"compaction_retry": {"attempts": 1, "reason": reason}}
+
+    def _largest(self, messages: list[AnyMessage]) -> str:
+        if not messages:
+            return "the system prompt and tool schemas alone are too large"
+        biggest = max(messages, key=self._counter.count_message)
+        name = getattr(biggest, "name", None) or biggest.type
+        return (
+            f"the largest message is a {biggest.type} message ({name}, id {biggest.id}) "
+            f"of {self._counter.count_message(biggest)} tokens"
+        )
+
+
+class _Attempt:
+    """One inline compaction between its I/O calls: the summary call, then the archive write.
+
+    Nothing to fold gives up at once. A summary (or the failure to write one) is finished
+    by the planner into a record to prepare, or gives up with the reason. Preparing the
+    record decides the update: the committed window, or nothing when the thread moved on.
+    """
+
+    def __init__(self, plan: Plan, planner: CompactionPlanner, give_up: GiveUp) -> None:
+        self._plan = plan
+        self._planner = planner
+        self._give_up = give_up
+        self._finished: Finished | None = None
+        self._update: dict[str, Any] | None = None
+        if not plan.old:
+            self._update = give_up(plan, "nothing old enough to fold")
+
+    def summary_due(self) -> bool:
+        """True while the summary model has yet to be called."""
+        return self._update is None and self._finished is None
+
+    def summarized(self, sections: dict[str, str]) -> None:
+        """Take the checked sections: a record to prepare, or a refusal."""
+        finished = self._planner.finish(self._plan, sections)
+        if isinstance(finished, str):
+            self._update = self._give_up(self._plan, finished)
+        else:
+            self._finished = finished
+
+    def unsummarized(self, error: SummaryError) -> None:
+        """No model wrote a usable summary: give up with the reason."""
+        self._update = self._give_up(self._plan, f"no usable summary ({error})")
+
+    def record(self) -> ArchiveRecord | None:
+        """The archive version to prepare now; None when there is none (or it is done)."""
+        if self._update is not None or self._finished is None:
+            return None
+        return self._finished.record
+
+    def prepared(self, written: bool) -> None:
+        """Take the archive write's outcome: False means the thread moved on meanwhile."""
+        assert self._finished is not None
+        self._update = self._finished.update if written else {}
+
+    def update(self) -> dict[str, Any]:
+        """The node's state update for this attempt."""
+        assert self._update is not None
+        return self._update

@@ -1,0 +1,312 @@
+"""The compaction planner: which messages leave the window, and the record that replaces them.
+
+The ``flush`` node and the ``compact`` node are given one planner, so memory extraction
+sees exactly the messages that compaction is about to fold.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AnyMessage, RemoveMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.store.base import BaseStore
+
+from ctxgraph.nodes.compaction.ledger_bound import MAX_ARTIFACTS, bound_ledger
+from ctxgraph.nodes.compaction.ledger_derive import derive_ledger, merge_ledgers
+from ctxgraph.nodes.compaction.ledger_record import Ledger, empty_ledger
+from ctxgraph.nodes.compaction.partition import partition_history
+from ctxgraph.nodes.compaction.summarizer import Check, SummaryJob
+from ctxgraph.nodes.compaction.triggers import fired_triggers
+from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
+from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
+from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize, state_key
+from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
+from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.messages import is_real_user_message
+from ctxgraph.state.models import input_window
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
+from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, build_record
+
+logger = logging.getLogger("ctxgraph.compaction")
+
+RECORD_SHRINK_STEPS = 4
+"""How many times ``finish`` may halve the ledger's bounds to make a compaction fit."""
+
+Split = tuple[list[AnyMessage], list[AnyMessage]]
+"""``(old, kept)``: the messages a compaction folds, and the ones it keeps verbatim."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one compaction attempt needs, worked out before any model call."""
+
+    settings: Settings
+    archive: ThreadArchive
+    old: list[AnyMessage]
+    kept: list[AnyMessage]
+    previous: SummaryRecord | None
+    mark: CompactionMark
+    before: RequestSize
+    window: int | None
+    ledger: Ledger
+    memory_view: str
+
+    def summary(self, sections: dict[str, str]) -> SummaryRecord:
+        """The summary record for candidate sections: schema version, sections, ledger."""
+        record = cast(SummaryRecord, {"schema_version": SUMMARY_SCHEMA_VERSION, **sections})
+        record["ledger"] = self.ledger
+        return record
+
+    def check(self, sections: dict[str, str]) -> list[str]:
+        """Schema, size and ledger problems of candidate sections."""
+        return summary_problems(self.summary(sections), self.settings)
+
+    @property
+    def job(self) -> SummaryJob:
+        """The summary call's input."""
+        latest = next((m for m in reversed(self.kept) if is_real_user_message(m)), None)
+        request = "" if latest is None else latest.text
+        return SummaryJob(self.previous, self.old, request)
+
+    def refolded(self, old: list[AnyMessage], kept: list[AnyMessage]) -> Plan:
+        """A copy of the plan that folds ``old`` and keeps ``kept`` (a job's snapshot)."""
+        return replace(
+            self, old=old, kept=kept, ledger=merged_ledger(self.previous, old, self.settings)
+        )
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The commit material of a checked summary."""
+
+    record: ArchiveRecord
+    """The archive version to prepare."""
+    update: dict[str, Any]
+    """The state update that commits it."""
+    after: RequestSize
+    """The size of the compacted request."""
+
+
+class CompactionPlanner:
+    """Decides which messages leave the window, and builds and finishes compaction plans."""
+
+    def __init__(self, main: BaseChatModel, builder: RequestMeasurer) -> None:
+        """Measure requests with ``builder``; ``main``'s input window caps the triggers."""
+        self._main = main
+        self._builder = builder
+        # The last split: the flush node and the compact node of one step split one state.
+        self._split_cache: tuple[Hashable, Split] | None = None
+
+    def window(self, settings: Settings) -> int | None:
+        """The main model's input window under ``settings`` (None when unknown)."""
+        return input_window(self._main, settings.context_window)
+
+    def measure(self, state: AgentState, settings: Settings) -> RequestSize:
+        """The size of the request for ``state`` (cached by the request builder)."""
+        return self._builder.measure_state(state, settings)
+
+    def fresh_measure(self, state: AgentState, settings: Settings) -> RequestSize:
+        """Measured afresh: offloaded arguments change a request but not its ``state_key``."""
+        return self._builder.measure(self._builder.build(state, settings))
+
+    def plan(
+        self,
+        state: AgentState,
+        settings: Settings,
+        store: BaseStore,
+        thread_id: str,
+        before: RequestSize,
+    ) -> Plan:
+        """The plan of a compaction of ``state`` on ``thread_id``, whose request is ``before``."""
+        previous: SummaryRecord | None = state.get("summary")
+        old, kept = self.split(state, settings)
+        return Plan(
+            settings=settings,
+            archive=ThreadArchive(store, thread_id),
+            old=old,
+            kept=kept,
+            previous=previous,
+            mark={**(state.get("compaction") or {})},
+            before=before,
+            window=self.window(settings),
+            ledger=merged_ledger(previous, old, settings),
+            memory_view=state.get("memory_view") or "",
+        )
+
+    def split(self, state: AgentState, settings: Settings) -> Split:
+        """The ``(old, kept)`` split the next compaction of ``state`` will use.
+
+        Deterministic for a given state, so the flush node hands memory extraction exactly
+        the messages that compaction is about to fold.
+        """
+        key = (state_key(state, settings), _offloaded_arguments(state))
+        if self._split_cache is not None and self._split_cache[0] == key:
+            return self._split_cache[1]
+        split = self._choose_split(state, settings)
+        self._split_cache = (key, split)
+        return split
+
+    def _choose_split(self, state: AgentState, settings: Settings) -> Split:
+        window = self.window(settings)
+        messages = state.get("messages") or []
+        expected_summary = self._expected_summary(state, settings)
+        # Each refusal in a row halves the messages the next attempt starts from, so a
+        # retry never repeats the split that was refused.
+        keep = max(1, settings.keep_messages >> refusals(state))
+        while True:
+            old, kept = partition_history(messages, keep)
+            # Large kept messages (big tool results) can leave no room for the summary:
+            # then keep fewer, down to the last exchange and the pinned messages.
+            if keep == 1 or self._room_after(state, kept, expected_summary, settings, window):
+                return old, kept
+            keep = max(1, keep // 2)
+
+    def _expected_summary(self, state: AgentState, settings: Settings) -> int:
+        """A cautious guess at the next summary message's size: the current one's plus 15%.
+
+        After a refused compaction, the largest a summary may be.
+        """
+        largest = settings.summary_max_tokens + settings.ledger_budget
+        if refusals(state):
+            return largest
+        current = self._builder.summary_tokens(state, settings)
+        if not current:
+            return largest // 2
+        return min(current + current // 7 + 100, largest)
+
+    def _room_after(
+        self,
+        state: AgentState,
+        kept: list[AnyMessage],
+        expected_summary: int,
+        settings: Settings,
+        window: int | None,
+    ) -> bool:
+        """Whether ``kept`` plus a summary of the expected size leaves room under the triggers."""
+        after: AgentState = {"messages": kept, "memory_view": state.get("memory_view") or ""}
+        size = self._builder.measure(self._builder.build(after, settings))
+        expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
+        return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
+
+    def finish(self, plan: Plan, sections: dict[str, str]) -> Finished | str:
+        """Commit material for a checked summary; a string return says why it was rejected.
+
+        If the compacted request would not shrink or would still fire a trigger, the record
+        is shrunk before the compaction is judged: the ledger's bounds are halved, step by
+        step (``RECORD_SHRINK_STEPS`` at most), and the first record whose request passes
+        is committed. The kept messages never change here, so memory extraction has
+        already seen exactly what is folded.
+        """
+        problems: list[str] = []
+        ledger = plan.ledger
+        for step in range(RECORD_SHRINK_STEPS + 1):
+            if step:
+                smaller = bounded(plan.ledger, plan.settings, halved=step)
+                if smaller == ledger:
+                    continue
+                ledger = smaller
+            summary: SummaryRecord = {**plan.summary(sections), "ledger": ledger}
+            if step and summary_problems(summary, plan.settings):
+                continue
+            finished = self._finished(plan, summary)
+            problems = size_problems(plan.before, finished.after, plan.settings, plan.window)
+            if not problems:
+                if step:
+                    logger.info("compaction record shrunk %d step(s) to fit the triggers", step)
+                return finished
+        return "; ".join(problems)
+
+    def _finished(self, plan: Plan, summary: SummaryRecord) -> Finished:
+        """The record, update and compacted size of committing ``summary`` for ``plan``."""
+        version = int(plan.mark.get("version", 0)) + 1
+        record = build_record(
+            version=version,
+            messages=plan.old,
+            summary=summary,
+            previous_cursor=int(plan.mark.get("cursor", 0)),
+            previous_chain_hash=str(plan.mark.get("chain_hash", CHAIN_SEED)),
+        )
+        mark: CompactionMark = {
+            "version": version,
+            "cursor": record["cursor"],
+            "checksum": record["checksum"],
+            "chain_hash": record["chain_hash"],
+        }
+        after = self.measure(
+            {
+                "messages": plan.kept,
+                "summary": summary,
+                "compaction": mark,
+                "memory_view": plan.memory_view,
+            },
+            plan.settings,
+        )
+        update = {
+            "summary": summary,
+            "compaction": mark,
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *plan.kept],
+            "compaction_retry": None,
+            "compaction_job": None,
+        }
+        return Finished(record=record, update=update, after=after)
+
+
+def bounded(ledger: Ledger, settings: Settings, *, halved: int = 0) -> Ledger:
+    """``ledger`` within the bounds of ``settings``, each halved ``halved`` times."""
+    return bound_ledger(
+        ledger,
+        max_tool_calls=max(1, settings.ledger_max_tool_calls >> halved),
+        max_identifiers=settings.ledger_max_identifiers >> halved,
+        max_constraint_tokens=settings.constraint_budget >> halved,
+        max_artifacts=MAX_ARTIFACTS >> halved,
+    )
+
+
+def merged_ledger(
+    previous: Mapping[str, Any] | None, old: list[AnyMessage], settings: Settings
+) -> Ledger:
+    """The previous ledger plus what the folded messages add, within its bounds.
+
+    The previous ledger may be of any stored shape (see ``read_ledger``).
+    """
+    merged = merge_ledgers(
+        (previous or {}).get("ledger") or empty_ledger(),
+        derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
+    )
+    return bounded(merged, settings)
+
+
+def summary_check(
+    previous: Mapping[str, Any] | None, folded: list[AnyMessage], settings: Settings
+) -> Check:
+    """The check a job's candidate sections must pass: the ``Plan.check`` of its snapshot."""
+    ledger = merged_ledger(previous, folded, settings)
+
+    def check(sections: dict[str, str]) -> list[str]:
+        summary = {"schema_version": SUMMARY_SCHEMA_VERSION, **sections, "ledger": ledger}
+        return summary_problems(summary, settings)
+
+    return check
+
+
+def refusals(state: AgentState) -> int:
+    """Compactions refused in a row on this thread, as ``compaction_retry`` counts them."""
+    return int((state.get("compaction_retry") or {}).get("attempts", 0))
+
+
+def _offloaded_arguments(state: AgentState) -> int:
+    """How many arguments the window's messages have offloaded, so a split is redone after.
+
+    Offloading arguments keeps every message's id and content length, so ``state_key``
+    alone would not tell the states apart.
+    """
+    return sum(
+        len(message.additional_kwargs.get(OFFLOAD_ARGS_KEY) or ())
+        for message in state.get("messages") or ()
+    )
