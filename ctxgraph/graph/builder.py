@@ -255,6 +255,7 @@ class _Parts:
                 self.skills,
                 [t.name for t in self.tools],
                 lambda run: input_window(main, run.context_window),
+                self.counter.count_text,
             )
         self.requests = RequestBuilder(self.tools, self.counter, skill_requests)
 

@@ -72,8 +72,14 @@ class SkillRequests:
     """Computes (and caches) the skill parts of the requests of one graph."""
 
     def __init__(
-        self, sources: SkillSources, tool_names: Sequence[str], window_of: WindowOf
+        self,
+        sources: SkillSources,
+        tool_names: Sequence[str],
+        window_of: WindowOf,
+        count: Callable[[str], int] = count_text,
     ) -> None:
+        """``count`` sizes the listing and re-attached skills (the graph's token counter)."""
+        self._count = count
         self._sources = sources
         self._tool_names = tuple(tool_names)
         self._window_of = window_of
@@ -113,7 +119,7 @@ class SkillRequests:
         if entries or slash is not None:
             blocks.append(render_reminders(entries, snapshot, policy, self._tool_names))
         reattach = bodies_to_reattach(entries, window, snapshot, slash)
-        blocks.extend(render_reattached(reattach, reinject_budget, count_text))
+        blocks.extend(render_reattached(reattach, reinject_budget, self._count))
         if slash is not None:
             blocks.append(render_slash(slash))
         context = skills_message("\n\n".join(blocks)) if blocks else None
@@ -125,5 +131,5 @@ class SkillRequests:
         """The listing of ``snapshot``, rendered once per digest and budget."""
         key = (snapshot.digest, budget)
         if self._listing_cache is None or self._listing_cache[0] != key:
-            self._listing_cache = (key, render_listing(snapshot.skills, budget, count_text))
+            self._listing_cache = (key, render_listing(snapshot.skills, budget, self._count))
         return self._listing_cache[1]
