@@ -137,6 +137,45 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     assert not leftovers, f"processes {leftovers} of langgraph dev's group outlived it"
 
 
+BACKGROUND_SETTINGS = {
+    "compaction_mode": "background",
+    "trigger_messages": 14,
+    "keep_messages": 2,
+    "background_fraction": 0.5,
+    "background_wait_s": 10,
+    "memory_extraction": "off",
+}
+"""Settings under which a few runs queue a background job on the server and apply it."""
+
+
+def drive_background_compaction(
+    client: Any, graph_id: str, context: dict[str, Any]
+) -> tuple[str, list[str]]:
+    """Run short turns on a new thread until a background compaction is applied.
+
+    Below the trigger, a job is queued as a ``compaction_worker`` run while the runs go
+    on, and a later run applies its result. Returns the thread and the custom events seen.
+    """
+    background = {**context, "settings": BACKGROUND_SETTINGS}
+    filler = "The carrier confirmed the pickup window and the customs papers. " * 6
+    thread_id = str(client.threads.create()["thread_id"])
+    events: list[str] = []
+    for n in range(1, 13):
+        for part in client.runs.stream(
+            thread_id,
+            graph_id,
+            input={"messages": [{"role": "user", "content": f"Note {n}: dock {n}. {filler}"}]},
+            context=background,
+            stream_mode="custom",
+        ):
+            if part.event == "custom" and isinstance(part.data, dict):
+                events.append(str(part.data.get("event")))
+        if "compaction.applied" in events:
+            break
+        time.sleep(0.3)  # the job's summary is instant with the scripted model
+    return thread_id, events
+
+
 @contextlib.contextmanager
 def dev_server(folder: Path, env: dict[str, str], log: Path, *args: str) -> Iterator[str]:
     """Run ``langgraph dev`` in ``folder`` on a free port; yield its base URL once it is ready.
@@ -288,33 +327,7 @@ def test_langgraph_dev_serves_ctxgraph(tmp_path: Path) -> None:
 
         # Background compaction on the server: a job is queued below the trigger as a
         # compaction_worker run while the runs go on, and a later run applies its result.
-        background = {
-            **CONTEXT,
-            "settings": {
-                "compaction_mode": "background",
-                "trigger_messages": 14,
-                "keep_messages": 2,
-                "background_fraction": 0.5,
-                "background_wait_s": 10,
-                "memory_extraction": "off",
-            },
-        }
-        filler = "The carrier confirmed the pickup window and the customs papers. " * 6
-        bg_thread = client.threads.create()["thread_id"]
-        events: list[str] = []
-        for n in range(1, 13):
-            for part in client.runs.stream(
-                bg_thread,
-                GRAPH_ID,
-                input={"messages": [{"role": "user", "content": f"Note {n}: dock {n}. {filler}"}]},
-                context=background,
-                stream_mode="custom",
-            ):
-                if part.event == "custom" and isinstance(part.data, dict):
-                    events.append(str(part.data.get("event")))
-            if "compaction.applied" in events:
-                break
-            time.sleep(0.3)  # the job's summary is instant with the scripted model
+        bg_thread, events = drive_background_compaction(client, GRAPH_ID, CONTEXT)
         # The job went through the server's queue, as a compaction_worker run.
         assert events[:1] == ["compaction.queued"], events
         assert "compaction.applied" in events, events

@@ -28,6 +28,9 @@ before LangGraph starts the run: a bad ``thread_id``, a context LangGraph could 
 build, or another user's thread (when the graph was compiled with its Store) is refused
 before anything at all is saved. The check in the first task stays for runs that get
 their Store or context from elsewhere (a LangGraph server, a parent graph).
+
+Text the thread's storage cannot hold (NUL, a lone surrogate: ``check_storable``) is
+refused by both: ``CheckedGraph`` before the input checkpoint, the first task otherwise.
 """
 
 from __future__ import annotations
@@ -42,8 +45,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import get_runtime
 from langgraph.store.base import BaseStore
 
-from ctxgraph.state.context import Context, require_context, validate_thread_id
-from ctxgraph.state.messages import check_input
+from ctxgraph.state.context import (
+    Context,
+    check_auth_user,
+    require_context,
+    validate_thread_id,
+)
+from ctxgraph.state.messages import check_input, check_input_text
 from ctxgraph.store.ownership import (
     arecord_owner,
     athread_owner,
@@ -65,7 +73,7 @@ def _identity(config: RunnableConfig) -> tuple[str | None, Context, BaseStore | 
     raw = (config.get("configurable") or {}).get("thread_id")
     thread_id = None if raw is None else validate_thread_id(raw, "thread_id")
     runtime = get_runtime(Context)
-    return thread_id, require_context(runtime.context), runtime.store
+    return thread_id, check_auth_user(require_context(runtime.context), config), runtime.store
 
 
 def _validated(value: Mapping[str, Any]) -> Any:
@@ -117,7 +125,8 @@ def _precheck_identity(
         context = Context(**context)
     if top_level:
         context = require_context(context)
-    return thread_id, context if isinstance(context, Context) else None
+    checked = check_auth_user(context, config) if isinstance(context, Context) else None
+    return thread_id, checked
 
 
 class CheckedGraph(CompiledStateGraph[Any, Any, Any, Any]):
@@ -146,6 +155,7 @@ class CheckedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         **kwargs: Any,
     ) -> Iterator[Any]:
         """``CompiledStateGraph.stream`` after the identity checks (raised at the call)."""
+        check_input_text(input)  # NUL or a lone surrogate: refused before anything is saved
         thread_id, checked, store = self._precheck(config, context)
         if store is not None and thread_id is not None and checked is not None:
             check_thread_owner(thread_owner(store, thread_id), thread_id, checked.user_id)
@@ -160,6 +170,7 @@ class CheckedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         **kwargs: Any,
     ) -> AsyncIterator[Any]:
         """``CompiledStateGraph.astream`` after the identity checks."""
+        check_input_text(input)
         thread_id, checked, store = self._precheck(config, context)
         if store is not None and thread_id is not None and checked is not None:
             owner = await athread_owner(store, thread_id)

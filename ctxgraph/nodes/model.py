@@ -25,6 +25,7 @@ from ctxgraph.nodes.subagents.record import model_update, with_abandoned
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.delegations import DelegationEntry
 from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.messages import sanitized_message
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.skills import EMPTY_SNAPSHOT, SkillSnapshot, unknown_tools
@@ -108,12 +109,14 @@ class ModelNode:
         """The answer as a state update, its unusable tool calls marked invalid.
 
         Calls of an answer cut off at the output limit count as invalid too, and every
-        invalid call gets an id, so its error result can answer it. In a graph with
+        invalid call gets an id, so its error result can answer it. NUL and lone
+        surrogates anywhere in the answer become U+FFFD, so every store can hold it
+        (``sanitized_message``). In a graph with
         subagents, the answer's ``task`` calls enter the delegation record as running.
         """
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
-        answer = with_invalid_call_ids(with_cut_off_calls_invalid(reply))
+        answer = sanitized_message(with_invalid_call_ids(with_cut_off_calls_invalid(reply)))
         extra = call.extra
         if self._delegates:
             extra = {**extra, **model_update(answer, call.abandoned)}

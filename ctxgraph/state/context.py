@@ -39,6 +39,29 @@ def require_context(context: object) -> Context:
     return context
 
 
+AUTH_USER = "langgraph_auth_user"
+AUTH_USER_ID = "langgraph_auth_user_id"
+"""Keys a LangGraph server with custom auth puts in a run's ``configurable``."""
+
+
+def check_auth_user(context: Context, config: Mapping[str, object] | None) -> Context:
+    """Return ``context`` when it names the run's authenticated user, if there is one.
+
+    On a LangGraph server with custom auth the authenticated identity is the user id: a
+    context naming anyone else is refused. Without auth (no ``langgraph_auth_user`` in
+    the config's ``configurable``) nothing is checked.
+    """
+    configurable = (config or {}).get("configurable")
+    if not isinstance(configurable, Mapping) or configurable.get(AUTH_USER) is None:
+        return context
+    identity = configurable.get(AUTH_USER_ID)
+    if isinstance(identity, str) and identity and identity != context.user_id:
+        raise ContextError(
+            f"Context.user_id {context.user_id!r} is not the authenticated user {identity!r}"
+        )
+    return context
+
+
 def validate_label(name: str, value: object) -> str:
     """Check that an identity label can be used as a Store namespace part, and return it.
 

@@ -8,7 +8,7 @@ from typing import BinaryIO
 from ctxgraph.graph.cli.options import OptionError
 from ctxgraph.graph.environment import EnvironmentConfig
 from ctxgraph.nodes.offload.inputs import refusal_limit
-from ctxgraph.state.messages import unencodable_position
+from ctxgraph.state.messages import unstorable_position, unstorable_problem
 from ctxgraph.state.models import input_window
 from ctxgraph.state.tokens import count_text
 
@@ -17,7 +17,7 @@ STDIN_ARGUMENT = "-"
 
 
 class InputError(OptionError):
-    """A message cannot be sent: it cannot be encoded, or it is larger than the model's input.
+    """A message cannot be sent: it cannot be stored, or it is larger than the model's input.
 
     A subclass of ``OptionError``, so the command line reports it as one line with exit
     status 2.
@@ -64,16 +64,20 @@ UTF8_HOW_TO = (
 
 
 def check_message(text: str, limit: tuple[int, str] | None, *, label: str = "the message") -> None:
-    """Raise ``InputError`` when ``text`` is empty, cannot be encoded or is over the limit.
+    """Raise ``InputError`` when ``text`` is empty, cannot be stored or is over the limit.
 
-    Empty means nothing but whitespace; a ``limit`` of None checks no size.
+    Empty means nothing but whitespace; a ``limit`` of None checks no size. A NUL (U+0000)
+    is refused with the graph's own words (``unstorable_problem``); a lone surrogate, as
+    from undecodable bytes, with how to send UTF-8.
     """
     if not text.strip():
         raise InputError(
             f"{label} is empty: a message needs some text (an argument, or - to read it "
             "from standard input); nothing was written"
         )
-    position = unencodable_position(text)
+    position = unstorable_position(text)
+    if position is not None and text[position] == "\0":
+        raise InputError(unstorable_problem(label, text, position))
     if position is not None:
         code = ord(text[position])
         raise InputError(

@@ -195,6 +195,11 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         memory_commands, "list", "list the facts remembered about a user (and project)"
     )
     _identity_arguments(listing, thread=False)
+    listing.add_argument(
+        "--problems",
+        action="store_true",
+        help="list the malformed stored items (namespace, key, problem) every reader skips",
+    )
     forget = _command(memory_commands, "forget", "delete one remembered fact by key")
     _identity_arguments(forget, thread=False)
     forget.add_argument("key", help="key of the fact to forget")
@@ -369,7 +374,7 @@ def _memory(args: argparse.Namespace) -> int:
             return memory.search_memory(
                 store, context, args.query, args.limit, sys.stdout, search_settings, args.ranker
             )
-        return memory.list_memory(store, context, sys.stdout)
+        return memory.list_memory(store, context, sys.stdout, problems=args.problems)
 
 
 def _process_left_over_memory() -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import import_module
 from typing import TYPE_CHECKING, TextIO
 
@@ -40,11 +43,61 @@ def _who(context: Context) -> str:
     return f"user {context.user_id} (agent {context.agent_name})"
 
 
-def list_memory(store: BaseStore, context: Context, out: TextIO) -> int:
-    """Print the user's facts for this agent, then the project's facts under a heading."""
+logger = logging.getLogger("ctxgraph.cli.memory")
+VALUES_LOGGER = "ctxgraph.memory.values"
+"""The logger that reports each malformed stored item (``store.memory.facts``)."""
+
+
+class _Mute(logging.Filter):
+    """Drops every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False: the record is not shown."""
+        return False
+
+
+@contextmanager
+def _per_item_warnings_muted() -> Iterator[None]:
+    """Within the block, the per-item reports of malformed stored items are not shown."""
+    mute = _Mute()
+    values = logging.getLogger(VALUES_LOGGER)
+    values.addFilter(mute)
+    try:
+        yield
+    finally:
+        values.removeFilter(mute)
+
+
+def list_problems(store: BaseStore, context: Context, out: TextIO) -> int:
+    """Print every malformed memory item of the user (namespace, key, problem); exit 0."""
+    problems = MemoryRepository(store).problems(context)
+    if not problems:
+        out.write(f"No malformed memory items for {_who(context)}.\n")
+        return 0
+    out.write(f"Malformed memory items for {_who(context)} (skipped by every reader):\n")
+    out.write("".join(f"- {'/'.join(p.namespace)} {p.key}: {p.problem}\n" for p in problems))
+    return 0
+
+
+def list_memory(store: BaseStore, context: Context, out: TextIO, *, problems: bool = False) -> int:
+    """Print the user's facts for this agent, then the project's facts under a heading.
+
+    Malformed items are skipped, with one warning saying how many; ``problems`` prints
+    them instead (:func:`list_problems`).
+    """
+    if problems:
+        return list_problems(store, context, out)
     repository = MemoryRepository(store)
-    facts = repository.list_user_facts(context)
-    shared = repository.list_project_facts(context)
+    # One summary line instead of a warning per malformed item.
+    with _per_item_warnings_muted():
+        facts = repository.list_user_facts(context)
+        shared = repository.list_project_facts(context)
+        skipped = len(repository.problems(context))
+    if skipped:
+        logger.warning(
+            "skipped %s; see them with `ctxgraph memory list --problems`",
+            plural(skipped, "malformed memory item"),
+        )
     if facts:
         out.write(f"Facts about {_who(context)}:\n")
         out.write("".join(fact_line(fact) + "\n" for fact in facts))

@@ -16,7 +16,7 @@ from langgraph.constants import TAG_NOSTREAM
 
 from ctxgraph.nodes.compaction.partition import exchange_units
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
-from ctxgraph.state.messages import content_text, message_origin
+from ctxgraph.state.messages import content_text, message_origin, safe_text
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.prompt_template import check_template
 from ctxgraph.state.settings import Settings
@@ -90,7 +90,11 @@ class SummaryJob:
 
 
 def parse_sections(text: str) -> dict[str, str]:
-    """Split a model answer into the four sections; raises ``SummaryError`` if any is missing."""
+    """Split a model answer into the four sections; raises ``SummaryError`` if any is missing.
+
+    NUL characters and lone surrogates become U+FFFD, so the record is storable.
+    """
+    text = safe_text(text)
     found: dict[str, str] = {}
     matches = list(_HEADING.finditer(text))
     for index, match in enumerate(matches):

@@ -26,6 +26,8 @@ __all__ = [
     "PROFILE_HEADING",
     "PROFILE_LINE",
     "SECTION_LABELS",
+    "UNVERIFIED",
+    "UNVERIFIED_UNKNOWN",
     "MemoryBudgetError",
     "render_memory",
     "render_view",
@@ -38,6 +40,11 @@ PROFILE_HEADING = "User profile:"
 PROFILE_LINE = "{label}: {text}"
 FACTS_HEADING = "Remembered facts:"
 FACT_LINE = "- [{tag}] {content} (confidence {confidence:.2f})"
+UNVERIFIED = " (unverified: written via {provenance})"
+"""Appended to the line of a fact that did not pass the acceptance gate (its provenance
+is not ``"extraction"``), so it is never presented as an extracted, confirmed memory."""
+UNVERIFIED_UNKNOWN = " (unverified: origin unknown)"
+"""Appended instead when nothing says who wrote the fact (``provenance="unknown"``)."""
 CORRECTION_TAG = "{category}, correction"
 """Tag of a fact flagged ``is_correction`` whose category is not ``correction`` itself."""
 
@@ -101,7 +108,18 @@ def _parse(index: int, fact: object) -> _Item:
         tag = CORRECTION_TAG.format(category=category)
     text = " ".join(content.split())
     line = FACT_LINE.format(tag=tag, content=text, confidence=float(confidence))
-    return _Item(line, text, float(confidence), correction)
+    return _Item(
+        line + _unverified(_field(fact, "provenance")), text, float(confidence), correction
+    )
+
+
+def _unverified(provenance: object) -> str:
+    """The mark of a fact by its provenance: none for extraction or when none is given."""
+    if provenance is _MISSING or provenance is None or provenance == "extraction":
+        return ""
+    if isinstance(provenance, str) and provenance.strip() and provenance != "unknown":
+        return UNVERIFIED.format(provenance=" ".join(provenance.split())[:20])
+    return UNVERIFIED_UNKNOWN
 
 
 def _profile_lines(profile: Mapping[str, Any] | None) -> list[str]:
@@ -162,8 +180,11 @@ def render_memory(
     ``query`` by ``final_score`` of the query's relevance among the given facts, their
     confidence and age; ties keep input order. Selection stops at the first fact that does
     not fit. Fact text is never cut (whitespace runs collapse to one space). ``top_n`` caps
-    the number of facts chosen in all. Raises ValueError for bad arguments or a malformed
-    fact.
+    the number of facts chosen in all. A fact whose ``provenance`` is given and is not
+    ``"extraction"`` (it did not pass the acceptance gate: written by ``add_fact``, the
+    CLI, an import or directly into the Store) ends with ``UNVERIFIED`` (or
+    ``UNVERIFIED_UNKNOWN``); a fact without a ``provenance`` field is not marked.
+    Raises ValueError for bad arguments or a malformed fact.
     """
     return _render(
         count_text, profile, facts, mode, budget, correction_budget, top_n, query, ranked

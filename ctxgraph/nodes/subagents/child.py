@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 from ctxgraph.nodes.subagents.record import model_update
 from ctxgraph.nodes.subagents.stop import check_stop
 from ctxgraph.state.delegations import DelegationRecord, merge_delegations
+from ctxgraph.state.messages import sanitized_message
 
 
 class ChildState(TypedDict):
@@ -39,6 +40,7 @@ class ChildModel:
     def _update(self, reply: BaseMessage) -> dict[str, Any]:
         if not isinstance(reply, AIMessage):
             raise TypeError(f"a subagent's model returned {type(reply).__name__}, not an AIMessage")
+        reply = sanitized_message(reply)  # storable in the child's checkpoint
         extra = model_update(reply, []) if self._delegates else {}
         return {"messages": [reply], **extra}
 

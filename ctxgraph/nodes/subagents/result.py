@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from ctxgraph.nodes.skills.active import cut_to_tokens
 from ctxgraph.nodes.subagents.tool import TASK_TOOL
 from ctxgraph.state.delegations import DelegationEntry, DelegationStatus
-from ctxgraph.state.messages import content_text
+from ctxgraph.state.messages import content_text, safe_text, sanitized_message
 from ctxgraph.state.tokens import TokenCounter, count_text
 
 _COUNTER = TokenCounter(max_entries=2_000)
@@ -34,10 +34,14 @@ class Outcome:
     elapsed_s: float = 0.0
 
     def final_text(self) -> str:
-        """The last assistant text, or the last non-empty one before it; may be empty."""
+        """The last assistant text, or the last non-empty one before it; may be empty.
+
+        NUL and lone surrogates are replaced by U+FFFD (``safe_text``), so the answer can
+        be stored as an artifact and in the parent's thread.
+        """
         for message in reversed(self.messages):
             if isinstance(message, AIMessage):
-                text = content_text(message).strip()
+                text = safe_text(content_text(message)).strip()
                 if text:
                     return text
         return ""
@@ -72,7 +76,10 @@ def completed_outcome(messages: list[BaseMessage], elapsed_s: float) -> Outcome:
 
 
 def transcript_text(messages: Sequence[BaseMessage]) -> str:
-    """The child's whole transcript as numbered plain text, tool calls included."""
+    """The child's whole transcript as numbered plain text, tool calls included.
+
+    NUL and lone surrogates are replaced by U+FFFD, so the text can be stored.
+    """
     lines: list[str] = []
     for number, message in enumerate(messages, start=1):
         role = {
@@ -88,7 +95,7 @@ def transcript_text(messages: Sequence[BaseMessage]) -> str:
             for call in message.tool_calls:
                 arguments = json.dumps(call["args"], ensure_ascii=False, sort_keys=True)
                 lines.append(f"    call {call['name']} ({call.get('id')}): {arguments}")
-    return "\n".join(lines) + "\n"
+    return safe_text("\n".join(lines) + "\n")
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,10 @@ def cut_answer(text: str, budget: int) -> tuple[str, int, bool]:
 def result_message(
     call_id: str, kind: str, outcome: Outcome, refs: Refs, budget: int, checkpoint_ns: str | None
 ) -> ToolMessage:
-    """The parent's tool result: the cut answer, a status line, ``additional_kwargs``."""
+    """The parent's tool result: the cut answer, a status line, ``additional_kwargs``.
+
+    Made storable by ``sanitized_message`` (an error text may hold anything).
+    """
     full = outcome.final_text()
     kept, full_tokens, cut = cut_answer(full, answer_budget(budget))
     line = status_line(kind, outcome, refs, full_tokens, cut)
@@ -158,13 +168,14 @@ def result_message(
         "tokens_out": tokens_out,
         "elapsed_s": round(outcome.elapsed_s, 3),
     }
-    return ToolMessage(
+    message = ToolMessage(
         content=content,
         tool_call_id=call_id,
         name=TASK_TOOL,
         status="success" if outcome.status == "completed" else "error",
         additional_kwargs={SUBAGENT_KEY: meta},
     )
+    return sanitized_message(message)
 
 
 def final_entry(call_id: str, message: ToolMessage, brief: str) -> DelegationEntry:

@@ -14,7 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
+from ctxgraph.store.memory.facts import (
+    Fact,
+    FactScope,
+    Problem,
+    fact_from_value,
+    parse_fact,
+    report_problem,
+)
 from ctxgraph.store.search.hybrid import Semantic, fuse
 from ctxgraph.store.search.index import Hit
 from ctxgraph.store.search.scoring import AgeFrom, days_between, score_at_age, utc_micros
@@ -114,9 +121,19 @@ def _scored(sources: Sequence[Source], now: datetime | None, age_from: AgeFrom) 
             raw_scores = dict(lexical)
         else:
             raw_scores = fuse(lexical, source.semantic)
-            near = {item.key: item.value for item in source.semantic.items}
-            values.update({key: near[key] for key in raw_scores if key not in values})
+            near = {item.key: item for item in source.semantic.items}
+            for key in raw_scores:
+                if key not in values and key in near:
+                    # Not from the index (which holds only well-formed facts): check it.
+                    item = near[key]
+                    parsed = parse_fact(tuple(item.namespace), key, item.value, source.scope)
+                    if isinstance(parsed, Problem):
+                        report_problem(parsed)
+                    else:
+                        values[key] = item.value
         for key, raw in raw_scores.items():
+            if key not in values:
+                continue
             # final_score from the stored value (times parsed once per process); only the
             # winners become Fact records.
             value = values[key]

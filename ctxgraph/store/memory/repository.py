@@ -11,8 +11,9 @@ from typing import Any, Literal
 from langgraph.store.base import BaseStore, GetOp, Item
 
 from ctxgraph.state.context import Context, ContextError
+from ctxgraph.state.messages import safe_text, unstorable_position, unstorable_problem
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
+from ctxgraph.store.memory.facts import Fact, FactScope, Problem, Provenance, fact_from_value
 from ctxgraph.store.memory.ranking import (
     LeadingFact,
     Ranker,
@@ -43,6 +44,7 @@ from ctxgraph.store.memory.writes import (
     default_key,
     merge_section,
     merged_value,
+    profile_problem,
     profile_sections,
     profile_value,
     utc,
@@ -66,7 +68,9 @@ __all__ = [
     "FactCandidate",
     "MemoryRepository",
     "MemoryUpdate",
+    "Problem",
     "ProfileUpdate",
+    "Provenance",
     "Ranker",
     "RepositoryFactory",
     "accept_candidate",
@@ -76,6 +80,9 @@ __all__ = [
 
 BATCH = 500
 """Store operations per batch in bulk imports."""
+
+DIRECT_PROVENANCES: tuple[Provenance, ...] = ("api", "cli", "import")
+"""Provenances a write around the acceptance gate (``add_fact``, ``add_facts``) may give."""
 
 CANDIDATES = 64
 """Facts of each kind (corrections, matches, most confident) offered to the memory view."""
@@ -178,6 +185,7 @@ class MemoryRepository:
         scope: Literal["user", "project"] = "user",
         source_thread: str | None = None,
         evidence: str | None = None,
+        provenance: Provenance = "api",
     ) -> Fact:
         """Store ``content`` as a fact, bypassing extraction and its acceptance rules.
 
@@ -197,19 +205,33 @@ class MemoryRepository:
                 project).
             source_thread: The thread it came from, if any.
             evidence: The text that supports it, if any.
+            provenance: Who writes it: ``"api"`` (application code, the default), ``"cli"``
+                or ``"import"``. Never ``"extraction"``: only :meth:`remember` (the
+                acceptance gate) writes that, and the memory view marks every other
+                fact as unverified.
 
         Returns:
             The fact as stored.
 
         Raises:
-            ValueError: Empty content, a confidence outside 0..1 or a key that is not
-                1-80 snake_case characters.
+            ValueError: Empty content, a confidence outside 0..1, a key that is not
+                1-80 snake_case characters or a provenance other than ``"api"``,
+                ``"cli"`` or ``"import"``.
             ContextError: ``scope="project"`` with a context without a ``project_id``.
 
         """
         moment = utc(created_at)
         plan = self._fact_write(
-            context, content, key, category, confidence, moment, scope, source_thread, evidence
+            context,
+            content,
+            key,
+            category,
+            confidence,
+            moment,
+            scope,
+            source_thread,
+            evidence,
+            provenance,
         )
         value = plan.value(self.store.get(plan.namespace, plan.key))
         self.store.put(plan.namespace, plan.key, value, index=plan.index)
@@ -227,11 +249,21 @@ class MemoryRepository:
         scope: Literal["user", "project"] = "user",
         source_thread: str | None = None,
         evidence: str | None = None,
+        provenance: Provenance = "api",
     ) -> Fact:
         """Async :meth:`add_fact`."""
         moment = utc(created_at)
         plan = self._fact_write(
-            context, content, key, category, confidence, moment, scope, source_thread, evidence
+            context,
+            content,
+            key,
+            category,
+            confidence,
+            moment,
+            scope,
+            source_thread,
+            evidence,
+            provenance,
         )
         value = plan.value(await self.store.aget(plan.namespace, plan.key))
         await self.store.aput(plan.namespace, plan.key, value, index=plan.index)
@@ -246,6 +278,7 @@ class MemoryRepository:
         confidence: float = 0.9,
         created_at: datetime | None = None,
         scope: Literal["user", "project"] = "user",
+        provenance: Provenance = "import",
     ) -> int:
         """Store many facts at once (an import), each keyed by its content.
 
@@ -258,6 +291,7 @@ class MemoryRepository:
             confidence: The confidence of every fact.
             created_at: When they were learnt; None is now.
             scope: ``"user"`` or ``"project"``.
+            provenance: Who writes them, as in :meth:`add_fact` (default ``"import"``).
 
         Returns:
             How many facts were stored.
@@ -269,7 +303,9 @@ class MemoryRepository:
         """
         moment = utc(created_at)
         plans = [
-            self._fact_write(context, text, None, category, confidence, moment, scope)
+            self._fact_write(
+                context, text, None, category, confidence, moment, scope, provenance=provenance
+            )
             for text in contents
         ]
         for start in range(0, len(plans), BATCH):
@@ -294,11 +330,21 @@ class MemoryRepository:
         scope: Literal["user", "project"],
         source_thread: str | None = None,
         evidence: str | None = None,
+        provenance: Provenance = "api",
     ) -> FactWrite:
         """The plan of a direct write, its arguments checked (no I/O)."""
+        if provenance not in DIRECT_PROVENANCES:
+            raise ValueError(
+                f"a direct write has provenance 'api', 'cli' or 'import', got {provenance!r} "
+                "(only MemoryRepository.remember writes 'extraction')"
+            )
         text = normalize_text(content)
         if not text:
             raise ValueError("a fact needs non-empty content")
+        for label, value in (("content", text), ("evidence", evidence or "")):
+            position = unstorable_position(value)
+            if position is not None:
+                raise ValueError(unstorable_problem(f"the fact's {label}", value, position))
         if not 0.0 <= confidence <= 1.0:
             raise ValueError(f"confidence must be within 0..1, got {confidence}")
         resolved = default_key(text) if key is None else slug_key(key)
@@ -314,6 +360,7 @@ class MemoryRepository:
             source_thread=source_thread,
             evidence=evidence,
             confirmed=False,
+            provenance=provenance,
         )
         return FactWrite(self._namespace(context, scope), resolved, scope, merge)
 
@@ -388,13 +435,14 @@ class MemoryRepository:
         merge = partial(
             merged_value,
             key=candidate.key,
-            content=normalize_text(candidate.content),
+            content=safe_text(normalize_text(candidate.content)),
             category=candidate.category,
             confidence=candidate.confidence,
             now=utc(now),
             source_thread=thread_id,
-            evidence=candidate.evidence_text,
+            evidence=safe_text(candidate.evidence_text),
             confirmed=confirmed,
+            provenance="extraction",
         )
         fact_scope: FactScope = "project" if scope == "project" else "user"
         return FactWrite(self._namespace(context, scope), candidate.key, fact_scope, merge)
@@ -734,7 +782,7 @@ class MemoryRepository:
         """
         namespace = user_profile(context.user_id)
         stored = self.store.get(namespace, PROFILE_KEY)
-        value = profile_value(None if stored is None else stored.value, update, utc(now))
+        value = profile_value(stored, update, utc(now))
         self.store.put(namespace, PROFILE_KEY, value, index=False)
         return dict(value["sections"])
 
@@ -744,9 +792,44 @@ class MemoryRepository:
         """Async :meth:`update_profile`."""
         namespace = user_profile(context.user_id)
         stored = await self.store.aget(namespace, PROFILE_KEY)
-        value = profile_value(None if stored is None else stored.value, update, utc(now))
+        value = profile_value(stored, update, utc(now))
         await self.store.aput(namespace, PROFILE_KEY, value, index=False)
         return dict(value["sections"])
+
+    # -- problems -----------------------------------------------------------------------
+
+    def _problem_spaces(self, context: Context) -> list[tuple[str, ...]]:
+        return [namespace for namespace, _ in self._search_scopes(context)]
+
+    def problems(self, context: Context) -> list[Problem]:
+        """The stored items of this user, agent (and project) that every reader skips.
+
+        Args:
+            context: Whose memory: the user's facts for the agent, the project's facts
+                and the user's profile.
+
+        Returns:
+            Each malformed fact (by namespace, then key), then a malformed profile.
+
+        """
+        found = [
+            Problem(namespace, key, problem)
+            for namespace in self._problem_spaces(context)
+            for key, problem in fact_index_cache.problems(self.store, namespace)
+        ]
+        profile = profile_problem(self.store.get(user_profile(context.user_id), PROFILE_KEY))
+        return found if profile is None else [*found, profile]
+
+    async def aproblems(self, context: Context) -> list[Problem]:
+        """Async :meth:`problems`."""
+        found = [
+            Problem(namespace, key, problem)
+            for namespace in self._problem_spaces(context)
+            for key, problem in await fact_index_cache.aproblems(self.store, namespace)
+        ]
+        stored = await self.store.aget(user_profile(context.user_id), PROFILE_KEY)
+        profile = profile_problem(stored)
+        return found if profile is None else [*found, profile]
 
     # -- export -------------------------------------------------------------------------
 

@@ -16,7 +16,16 @@ from typing import Any, ClassVar, get_args
 
 from langgraph.store.base import Item, PutOp
 
-from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
+from ctxgraph.store.memory.facts import (
+    Fact,
+    FactScope,
+    Problem,
+    Provenance,
+    fact_from_value,
+    parse_fact,
+    parse_profile,
+    report_problem,
+)
 from ctxgraph.store.memory.rules import (
     ProfileUpdate,
     Section,
@@ -35,6 +44,7 @@ __all__ = [
     "default_key",
     "merge_section",
     "merged_value",
+    "profile_problem",
     "profile_sections",
     "profile_value",
     "utc",
@@ -81,18 +91,24 @@ def merged_value(
     source_thread: str | None,
     evidence: str | None,
     confirmed: bool,
+    provenance: Provenance = "api",
 ) -> dict[str, Any]:
     """The value to store under ``key`` after seeing ``content`` again (or for the first time).
 
-    Same content: confidence and created_at are kept; only a confirmation raises the
-    confidence and moves confirmed_at. New content: replaces the old one, which goes to
-    history, and takes the new confidence.
+    ``stored`` must be a well-formed fact value (``parse_fact``). Same content: confidence
+    and created_at are kept; only a confirmation raises the confidence and moves
+    confirmed_at; extraction (the acceptance gate) seeing it makes it ``"extraction"``
+    with its evidence, any other writer keeps the stored provenance. New content:
+    replaces the old one, which goes to history, and takes the new confidence and
+    ``provenance``.
     """
     stamp = now.isoformat()
     if stored is not None and _same(str(stored["content"]), content):
         value = dict(stored)
         value["last_seen_at"] = stamp
         value["is_correction"] = bool(stored.get("is_correction")) or category == "correction"
+        if provenance == "extraction":
+            value.update(provenance="extraction", source_thread=source_thread, evidence=evidence)
         if confirmed:
             value["confidence"] = max(float(stored["confidence"]), confidence)
             value["confirmed_at"] = stamp
@@ -112,6 +128,7 @@ def merged_value(
         "evidence": evidence,
         "history": history[-HISTORY_LIMIT:],
         "is_correction": category == "correction",
+        "provenance": provenance,
     }
 
 
@@ -133,16 +150,15 @@ def merge_section(existing: str, addition: str, *, limit: int = SECTION_LIMIT) -
     return " ".join(sentences)[:limit]
 
 
-def profile_value(
-    stored: Mapping[str, Any] | None, update: ProfileUpdate, now: datetime
-) -> dict[str, Any]:
-    """The profile value to store after ``update``; ValueError for an update never stored."""
+def profile_value(stored: Item | None, update: ProfileUpdate, now: datetime) -> dict[str, Any]:
+    """The profile value to store after ``update``; ValueError for an update never stored.
+
+    A malformed stored profile (reported once) is replaced, as if there were none.
+    """
     reason = static_rejection(update)
     if reason is not None:
         raise ValueError(f"refusing to store profile update: {reason}")
-    sections = {name: "" for name in PROFILE_SECTIONS}
-    if stored is not None:
-        sections.update({k: str(v) for k, v in stored.get("sections", {}).items()})
+    sections = profile_sections(stored)
     if update.section == "top_of_mind":
         sections["top_of_mind"] = normalize_text(update.content)[:SECTION_LIMIT]
     else:
@@ -151,11 +167,26 @@ def profile_value(
 
 
 def profile_sections(item: Item | None) -> dict[str, str]:
-    """Every known profile section of a stored profile (empty strings when unknown)."""
+    """Every known profile section of a stored profile (empty strings when unknown).
+
+    A malformed profile (``parse_profile``) is reported once and reads as empty.
+    """
     sections = {name: "" for name in PROFILE_SECTIONS}
     if item is not None:
-        sections.update({k: str(v) for k, v in item.value.get("sections", {}).items()})
+        parsed = parse_profile(tuple(item.namespace), item.key, item.value)
+        if isinstance(parsed, Problem):
+            report_problem(parsed)
+        else:
+            sections.update(parsed)
     return sections
+
+
+def profile_problem(item: Item | None) -> Problem | None:
+    """What is wrong with a stored profile, None when it is well-formed or absent."""
+    if item is None:
+        return None
+    parsed = parse_profile(tuple(item.namespace), item.key, item.value)
+    return parsed if isinstance(parsed, Problem) else None
 
 
 @dataclass(frozen=True)
@@ -173,8 +204,17 @@ class FactWrite:
     """The fields the Store indexes (``put(..., index=)``)."""
 
     def value(self, stored: Item | None) -> dict[str, Any]:
-        """The value to write, given what the read of ``namespace``/``key`` returned."""
-        return self.merge(None if stored is None else stored.value)
+        """The value to write, given what the read of ``namespace``/``key`` returned.
+
+        A malformed stored value (reported once) is replaced, as if there were none.
+        """
+        if stored is None:
+            return self.merge(None)
+        parsed = parse_fact(self.namespace, self.key, stored.value, self.scope)
+        if isinstance(parsed, Problem):
+            report_problem(parsed)
+            return self.merge(None)
+        return self.merge(stored.value)
 
     def put_op(self, stored: Item | None) -> PutOp:
         """The write as a batch operation."""

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, cast
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
+from ctxgraph.store.facts import Problem, parse_fact, report_problem
 from ctxgraph.store.persistence.change_tracking import (
     CHANGED_ROWS_QUERY,
     VERSION_QUERY,
@@ -87,7 +88,8 @@ class Changes:
     """What a refresh learned: the new version, rows to (re)index and keys that are gone."""
 
     version: Hashable
-    rows: list[tuple[str, str, Mapping[str, Any]]]
+    rows: list[tuple[str, str, Any]]
+    """Key, update time and stored value (checked by ``apply``, whatever it is)."""
     removed: list[str]
 
 
@@ -100,10 +102,26 @@ def _stamp(moment: datetime | str) -> str:
     return moment.isoformat()
 
 
-def _value(raw: Any) -> Mapping[str, Any]:
-    if isinstance(raw, Mapping):
-        return raw
-    return dict(json.loads(bytes(raw) if not isinstance(raw, str) else raw))
+def _value(raw: Any) -> Any:
+    """A stored value as decoded JSON; ``apply`` checks that it is a fact."""
+    if isinstance(raw, str):
+        return json.loads(raw)
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return json.loads(bytes(raw))
+    return raw  # already decoded (a mapping, or any other JSON value)
+
+
+def _problem(namespace: tuple[str, ...], key: str, value: Any) -> str | None:
+    """What is wrong with a stored fact value (None when it is a fact), reported once.
+
+    Every value the index takes in passes ``store.facts.parse_fact``, so what the
+    index holds (and so every search, listing and memory view) is a well-formed fact.
+    """
+    parsed = parse_fact(namespace, key, value)
+    if isinstance(parsed, Problem):
+        report_problem(parsed)
+        return parsed.problem
+    return None
 
 
 def _is_correction(value: Mapping[str, Any]) -> bool:
@@ -162,6 +180,10 @@ class _Namespace:
 
     version: Hashable = None
     docs: dict[str, IndexedDoc] = field(default_factory=dict)
+    namespace: tuple[str, ...] = ()
+    """The Store namespace indexed (names it in the report of a malformed value)."""
+    problems: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Keys whose stored value is not a fact: their update time and what is wrong."""
     index: Bm25Index = field(default_factory=Bm25Index)
     lock: threading.Lock = field(default_factory=threading.Lock)
     loaded: bool = False
@@ -175,22 +197,41 @@ class _Namespace:
 
     def stale(self, stamps: Mapping[str, str]) -> tuple[list[str], list[str]]:
         """Keys whose update time differs from the index, and indexed keys that are gone."""
-        changed = [
-            k for k, s in stamps.items() if k not in self.docs or self.docs[k].updated_at != s
-        ]
-        return changed, [k for k in self.docs if k not in stamps]
+        changed = [k for k, s in stamps.items() if self._stamp_of(k) != s]
+        return changed, [k for k in (*self.docs, *self.problems) if k not in stamps]
+
+    def _stamp_of(self, key: str) -> str | None:
+        """The update time the index last read ``key`` at, well-formed or not."""
+        doc = self.docs.get(key)
+        if doc is not None:
+            return doc.updated_at
+        bad = self.problems.get(key)
+        return None if bad is None else bad[0]
 
     def apply(self, changes: Changes) -> None:
         """Re-index rows whose update time differs from the index's and drop removed keys."""
         added: dict[str, tuple[str, ...]] = {}
+        malformed: list[str] = []
         for key, stamp, value in changes.rows:
-            known = self.docs.get(key)
-            if known is not None and known.updated_at == stamp:
+            if self._stamp_of(key) == stamp:
                 continue
+            problem = _problem(self.namespace, key, value)
+            if problem is not None:
+                self.problems[key] = (stamp, problem)
+                malformed.append(key)
+                added.pop(key, None)
+                continue
+            self.problems.pop(key, None)
             tokens = tuple(tokenize(str(value.get("content", ""))))
             self.docs[key] = IndexedDoc(key, value, stamp, tokens)
             added[key] = tokens
-        removed = [key for key in changes.removed if self.docs.pop(key, None) is not None]
+        for key in changes.removed:
+            self.problems.pop(key, None)
+        removed = [
+            key
+            for key in dict.fromkeys([*changes.removed, *malformed])
+            if self.docs.pop(key, None) is not None
+        ]
         self.index.update(added, removed)
         self._reorder(added, removed)
         self.version = changes.version
@@ -235,7 +276,10 @@ class FactIndexCache:
 
     def _space(self, store: BaseStore, namespace: tuple[str, ...]) -> _Namespace:
         with self._guard:
-            return self._spaces.setdefault(store, {}).setdefault(namespace, _Namespace())
+            spaces = self._spaces.setdefault(store, {})
+            if namespace not in spaces:
+                spaces[namespace] = _Namespace(namespace=namespace)
+            return spaces[namespace]
 
     # -- reading the Store --------------------------------------------------------------
 
@@ -352,6 +396,23 @@ class FactIndexCache:
         with space.lock:
             return [(key, doc.value) for key, doc in space.docs.items()]
 
+    def problems(self, store: BaseStore, namespace: tuple[str, ...]) -> list[tuple[str, str]]:
+        """Every key of the namespace whose value is not a fact, with what is wrong, by key.
+
+        These values are left out of every answer of the index (each reported once).
+        """
+        space = self._fresh(store, namespace)
+        with space.lock:
+            return sorted((key, problem) for key, (_, problem) in space.problems.items())
+
+    async def aproblems(
+        self, store: BaseStore, namespace: tuple[str, ...]
+    ) -> list[tuple[str, str]]:
+        """Async :meth:`problems`."""
+        space = await self._afresh(store, namespace)
+        with space.lock:
+            return sorted((key, problem) for key, (_, problem) in space.problems.items())
+
 
 def _lookup(
     space: _Namespace,
@@ -422,7 +483,7 @@ def _version(row: Any, tracked: bool) -> Hashable:
     return ("aggregate", int(row["n"]), str(row["fingerprint"])) if row else ("aggregate", 0, "0")
 
 
-def _rows(rows: list[Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
+def _rows(rows: list[Any]) -> list[tuple[str, str, Any]]:
     return [(row["key"], _stamp(row["updated_at"]), _value(row["value"])) for row in rows]
 
 
