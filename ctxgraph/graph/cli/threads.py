@@ -157,9 +157,11 @@ def show_thread(
 ) -> None:
     """Print every message of the thread: archived compactions first, then the window.
 
-    Only committed compactions are shown. A record whose content no longer matches its
-    stored hashes is preceded by a marker line saying it was modified after it was
-    archived. A line then names the thread's active skills, if any, and one counts its
+    Only committed compactions are shown. When the committed archive does not verify
+    (a version missing or modified, or the mark disagreeing), a marker line under the
+    first line says where it breaks (see ``broken_line``). A record whose content no
+    longer matches its stored hashes is preceded by a marker line saying it was modified
+    after it was archived. A line then names the thread's active skills, if any, and one counts its
     delegations (``task`` calls), if any. ``with_summary`` adds the current summary and
     its ledger, then a line about the thread's background compaction job if it has one
     (see ``job_line``); ``subagents`` then adds a section per delegation with the child's
@@ -183,6 +185,9 @@ def show_thread(
         )
     else:
         out.write(f"thread {shown_id}: {plural(total, 'message')}\n")
+    broken = broken_line(thread_id, versioned, thread.mark)
+    if broken is not None:
+        out.write(broken + "\n")
     number = 1
     for version, record in versioned:
         messages = folded[version]
@@ -214,6 +219,24 @@ def show_thread(
     if subagents:
         lines = subagent_lines(persistence, thread_id, thread.delegations, clip=clip)
         out.write("\n".join(lines) + "\n")
+
+
+def broken_line(
+    thread_id: str, versioned: Sequence[tuple[int, ArchiveRecord]], mark: Mapping[str, Any] | None
+) -> str | None:
+    """A marker line when the thread's committed archive does not verify, else None.
+
+    The whole chain is checked against the mark, as ``threads verify`` does (a missing or
+    modified version, a mark that disagrees); prepared leftovers do not count.
+    """
+    report = verify_versioned(versioned, mark)
+    if report.ok:
+        return None
+    return (
+        f"!!!! the archive of thread {escape_control(thread_id)} does not verify: broken at "
+        f"version {report.first_broken_version}: {escape_control(str(report.reason))}; "
+        f"`ctxgraph threads verify {escape_control(thread_id)}` !!!!"
+    )
 
 
 def _status_counts(record: DelegationRecord, *, folded_only: bool = False) -> str:

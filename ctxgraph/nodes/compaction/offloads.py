@@ -15,6 +15,7 @@ from ctxgraph.nodes.compaction.triggers import args_offload_due
 from ctxgraph.nodes.offload.args import LongArgument, aoffload_arguments, long_arguments
 from ctxgraph.nodes.offload.args import offload_arguments as store_arguments
 from ctxgraph.nodes.offload.inputs import aoffload_inputs, large_inputs, offload_inputs
+from ctxgraph.nodes.offload.orphans import OrphanSweep
 from ctxgraph.nodes.offload.refs import live_refs
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.context import ContextError, validate_thread_id
@@ -115,6 +116,8 @@ class StepOffloads:
         self._fresh = fresh_measure
         self._split = split
         self._counter = counter
+        self.orphans = OrphanSweep()
+        """Removes artifacts of steps that never committed (at most once per grace period)."""
 
     def pending(
         self, state: AgentState, settings: Settings, size: RequestSize, window: int | None
@@ -159,6 +162,11 @@ class StepOffloads:
             if usage > settings.artifact_quota_bytes:
                 keep = self._keep(done, state)
                 self._evicted(target.artifacts.evict(settings.artifact_quota_bytes, keep), usage)
+        if target.artifacts is not None:
+            try:
+                self.orphans.sweep(target.artifacts, done.applied(state), done.refs)
+            except Exception:  # the step's offloads stand; only the cleanup is left undone
+                logger.warning("removing orphan artifacts failed", exc_info=True)
         return done
 
     async def aapply(
@@ -188,6 +196,11 @@ class StepOffloads:
                 keep = self._keep(done, state)
                 evicted = await target.artifacts.aevict(settings.artifact_quota_bytes, keep)
                 self._evicted(evicted, usage)
+        if target.artifacts is not None:
+            try:
+                await self.orphans.asweep(target.artifacts, done.applied(state), done.refs)
+            except Exception:  # the step's offloads stand; only the cleanup is left undone
+                logger.warning("removing orphan artifacts failed", exc_info=True)
         return done
 
     def _arguments(

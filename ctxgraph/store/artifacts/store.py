@@ -35,7 +35,7 @@ from ctxgraph.store.artifacts.records import (
     checked_ref,
     ref_for,
 )
-from ctxgraph.store.artifacts.writes import Draft, evict_flow, put_flow
+from ctxgraph.store.artifacts.writes import Draft, evict_flow, put_flow, remove_flow
 from ctxgraph.store.namespaces import thread_artifacts
 
 Artifacts = list[Artifact]
@@ -298,6 +298,31 @@ class ArtifactStore:
         """Async :meth:`evict`."""
         _check_quota(quota_bytes)
         return await arun(self.store, evict_flow(self.namespace, quota_bytes, frozenset(keep)))
+
+    def remove(self, refs: Collection[str], *, created_before: datetime) -> Refs:
+        """Delete the artifacts of ``refs`` stored before ``created_before``.
+
+        For artifacts nothing refers to (see ``nodes.offload.orphans``); one stored at or
+        after ``created_before`` (just written, or rewritten since) is kept. Returns the
+        removed refs, oldest first.
+        """
+        flow = remove_flow(self.namespace, frozenset(refs), _iso(created_before))
+        return run(self.store, flow)
+
+    async def aremove(self, refs: Collection[str], *, created_before: datetime) -> Refs:
+        """Async :meth:`remove`."""
+        flow = remove_flow(self.namespace, frozenset(refs), _iso(created_before))
+        return await arun(self.store, flow)
+
+    def now(self) -> datetime:
+        """The time this store dates new artifacts with (its clock), in UTC."""
+        return self._clock().astimezone(UTC)
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        raise ValueError(f"created_before must be timezone-aware, got {moment!r}")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _check_quota(quota_bytes: int) -> None:

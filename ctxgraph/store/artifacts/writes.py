@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from langgraph.store.base import GetOp, Op, PutOp
 
@@ -196,3 +197,37 @@ def evict_flow(
     if ops:
         yield ops
     return [stored.artifact.ref for stored in victims]
+
+
+def remove_flow(
+    namespace: tuple[str, ...], refs: Collection[str], created_before: str
+) -> Flow[list[str]]:
+    """Delete the artifacts of ``refs`` stored before ``created_before`` (ISO 8601, UTC).
+
+    The listing is read again here, so an artifact rewritten since its ref was chosen (a
+    newer ``created_at``) is left alone.
+    """
+    cutoff = datetime.fromisoformat(created_before)
+    metas = yield from list_metas(namespace)
+    victims = [
+        stored
+        for stored in metas
+        if stored.artifact.ref in refs and _created(stored.artifact.created_at) < cutoff
+    ]
+    ops: list[Op] = []
+    for stored in victims:
+        ref = stored.artifact.ref
+        ops.append(PutOp(namespace, ref, None))
+        ops.extend(PutOp(namespace, chunk_key(ref, i), None) for i in range(len(stored.table)))
+    if ops:
+        yield ops
+    return [stored.artifact.ref for stored in victims]
+
+
+def _created(created_at: str) -> datetime:
+    """An artifact's ``created_at``; an unreadable one counts as new (never removed)."""
+    try:
+        moment = datetime.fromisoformat(created_at)
+    except ValueError:
+        return datetime.max.replace(tzinfo=UTC)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 from langgraph.store.base import BaseStore, Item, SearchItem
@@ -17,6 +19,14 @@ from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
 
 PAGE_SIZE = 100
 """Items fetched per Store search while listing an archive."""
+
+HASH_VERSION = 2
+"""The integrity rule of records written now: ``record_hash`` covers every field.
+
+Records written before (no ``hash_version`` field, rule 1) are verified as they always
+were: the chain hash covers the messages' canonical parts, the checksum the summary,
+cursor and event ids; their ``created_at`` and other message details are not covered.
+"""
 
 _KEY = re.compile(r"v(\d{6,})")
 _FIELD_TYPES: dict[str, type] = {
@@ -43,6 +53,10 @@ class ArchiveRecord(TypedDict):
     previous_chain_hash: str
     chain_hash: str
     created_at: str
+    hash_version: NotRequired[int]
+    """The integrity rule (``HASH_VERSION``); absent on records written before rule 2."""
+    record_hash: NotRequired[str]
+    """Rule 2: SHA-256 of the canonical JSON of every other field (see ``record_digest``)."""
 
 
 TAMPERED = "this record was modified after it was archived"
@@ -93,9 +107,10 @@ def build_record(
             )
         event_ids.append(message.id)
     cursor = previous_cursor + len(messages)
-    return ArchiveRecord(
+    record = ArchiveRecord(
         version=version,
-        messages=messages_to_dict(messages),
+        # Stored as the JSON the Store gives back, so the record hash reads the same after.
+        messages=_as_json(messages_to_dict(messages)),
         event_ids=event_ids,
         cursor=cursor,
         summary=dict(summary),
@@ -103,7 +118,39 @@ def build_record(
         previous_chain_hash=previous_chain_hash,
         chain_hash=chain_hash(previous_chain_hash, messages),
         created_at=datetime.now(UTC).isoformat(),
+        hash_version=HASH_VERSION,
     )
+    record["record_hash"] = record_digest(record)
+    return record
+
+
+def record_digest(record: Mapping[str, object]) -> str:
+    """SHA-256 hex over the canonical JSON of every field of ``record`` but ``record_hash``.
+
+    Canonical: keys sorted, no whitespace, UTF-8, and a float with an integral value
+    written as an integer (a JSONB column may hand ``1e20`` back as an integer).
+    """
+    fields = {name: value for name, value in record.items() if name != "record_hash"}
+    text = json.dumps(
+        _normalized(fields), ensure_ascii=False, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples as lists, other objects as strings)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _normalized(value: object) -> object:
+    """``value`` with integral floats as integers, for a byte-stable encoding."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(key): _normalized(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalized(item) for item in value]
+    return value
 
 
 def record_messages(record: ArchiveRecord) -> list[BaseMessage]:
@@ -293,18 +340,56 @@ def verify_records(
 
     Reports the first problem found; ``versions_checked`` counts the versions found intact
     before it. The mark is the thread state's {version, cursor, checksum, chain_hash}.
+    Given a mark, the records above its version are *prepared* leftovers of an interrupted
+    compaction, as ``ctxgraph threads verify`` reports them: listed in ``prepared``, not
+    verified, and not a break. Without a mark every record is verified.
+
+    A record with ``hash_version`` 2 must also match its ``record_hash``, which covers every
+    field (``created_at`` included); a record without ``hash_version`` (written before) is
+    verified by the older rule, unless an earlier record of the chain has one: a chain
+    never goes back to the older rule, so stripping the fields of a newer record shows.
     """
+    prepared: tuple[int, ...] = ()
+    upto = committed_version(mark) if mark is not None else None
+    if upto is not None:
+        prepared = tuple(
+            _labelled(record, index + 1)
+            for index, record in enumerate(records)
+            if _labelled(record, index + 1) > upto
+        )
+        records = [
+            record for index, record in enumerate(records) if _labelled(record, index + 1) <= upto
+        ]
     present = {record.get("version") for record in records}
     previous_hash, previous_cursor = CHAIN_SEED, 0
+    full_coverage = False
     for index, record in enumerate(records):
         expected = index + 1
         problem = _record_problem(record, expected, present, previous_hash, previous_cursor)
+        if problem is None and full_coverage and "hash_version" not in record:
+            problem = _downgraded(expected)
         if problem is not None:
-            return VerifyReport(False, index, expected, problem)
+            return VerifyReport(False, index, expected, problem, prepared)
         previous_hash, previous_cursor = record["chain_hash"], record["cursor"]
+        full_coverage = full_coverage or "hash_version" in record
     if mark is None:
         return VerifyReport(True, len(records), None, None)
-    return _mark_report(mark, records)
+    return replace(_mark_report(mark, records), prepared=prepared)
+
+
+def _labelled(record: Mapping[str, object], position: int) -> int:
+    """The version a record is labelled with, or its position when the label is invalid."""
+    version = record.get("version")
+    if isinstance(version, int) and not isinstance(version, bool):
+        return version
+    return position
+
+
+def _downgraded(version: int) -> str:
+    return (
+        f"version {version} has no record hash although an earlier version has one "
+        "(its 'hash_version' and 'record_hash' fields were removed)"
+    )
 
 
 def verify_thread(store: BaseStore, thread_id: str, mark: Mapping[str, Any] | None) -> VerifyReport:
@@ -349,6 +434,9 @@ def tampered_versions(
     for version, record in versioned:
         previous_hash, previous_cursor = _link(before.get(version - 1), version)
         problem = _record_problem(record, version, present, previous_hash, previous_cursor)
+        previous: Mapping[str, object] = before.get(version - 1) or {}
+        if problem is None and "hash_version" in previous and "hash_version" not in record:
+            problem = _downgraded(version)
         if problem is None and mark is not None and mark.get("version") == version:
             problem = _mark_difference(mark, record)
         if problem is not None:
@@ -430,6 +518,31 @@ def _record_problem(
         )
     if checksum(record["summary"], record["cursor"], record["event_ids"]) != record["checksum"]:
         return f"version {version}'s checksum does not match its summary, cursor and event ids"
+    return _coverage_problem(record)
+
+
+def _coverage_problem(record: ArchiveRecord) -> str | None:
+    """Rule 2: why ``record_hash`` does not cover the record's fields, or None.
+
+    A record without ``hash_version`` was written under rule 1, fully checked above.
+    """
+    fields: Mapping[str, object] = record
+    if "hash_version" not in fields:
+        return None
+    version = record["version"]
+    rule = fields.get("hash_version")
+    if rule != HASH_VERSION or isinstance(rule, bool):
+        return f"version {version} has an unknown hash_version {rule!r} (expected {HASH_VERSION})"
+    if not isinstance(fields.get("created_at"), str):
+        return f"the record of version {version} has no valid 'created_at' field"
+    stored = fields.get("record_hash")
+    if not isinstance(stored, str):
+        return f"the record of version {version} has no valid 'record_hash' field"
+    if record_digest(record) != stored:
+        return (
+            f"version {version}'s record hash does not match its fields "
+            "(a field such as created_at was edited, added or removed)"
+        )
     return None
 
 

@@ -315,9 +315,16 @@ def _read_disk_skill(folder: Path, path: str, found: os.stat_result) -> tuple[St
         with open(path, "rb") as handle:
             opened = os.fstat(handle.fileno())
             key = (path, opened.st_mtime_ns, opened.st_size, opened.st_ino)
-            data = handle.read(MAX_SKILL_MD_BYTES + 1)
+            links = max(found.st_nlink, opened.st_nlink)
+            data = b"" if links > 1 else handle.read(MAX_SKILL_MD_BYTES + 1)
     except OSError as error:
         return key, _Parsed(None, (SkillProblem(path, None, _error_text(error)),))
+    if links > 1:
+        message = (
+            f"a hard link ({links} links), which may lead out of the skill folder; "
+            "copy the file into the folder instead"
+        )
+        return key, _Parsed(None, (SkillProblem(path, None, message),))
     if len(data) > MAX_SKILL_MD_BYTES:
         message = f"larger than the limit of {MAX_SKILL_MD_BYTES:,} bytes"
         return key, _Parsed(None, (SkillProblem(path, None, message),))

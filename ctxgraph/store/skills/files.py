@@ -48,8 +48,9 @@ class SkillFileError(ValueError):
 def walk_skill_folder(folder: str | os.PathLike[str]) -> tuple[str, ...]:
     """The supporting files of the skill in ``folder``, as sorted POSIX relative paths.
 
-    Regular files, recursively; hidden entries, the root ``SKILL.md``, symlinked folders
-    and symlinks leading out of the folder are left out; at most ``MAX_LISTED_FILES``.
+    Regular files, recursively; hidden entries, the root ``SKILL.md``, symlinked folders,
+    symlinks leading out of the folder and hard-linked files (more than one link: the
+    other name may live anywhere) are left out; at most ``MAX_LISTED_FILES``.
     """
     root = Path(folder)
     try:
@@ -74,11 +75,18 @@ def walk_skill_folder(folder: str | os.PathLike[str]) -> tuple[str, ...]:
             path = relative / entry.name
             try:
                 if entry.is_symlink():
-                    if _inside(os.path.realpath(entry.path), real_root) and entry.is_file():
+                    if (
+                        _inside(os.path.realpath(entry.path), real_root)
+                        and entry.is_file()
+                        and entry.stat().st_nlink <= 1
+                    ):
                         found.append(path.as_posix())
                 elif entry.is_dir(follow_symlinks=False):
                     subfolders.append((Path(entry.path), path))
-                elif entry.is_file(follow_symlinks=False):
+                elif (
+                    entry.is_file(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_nlink <= 1
+                ):
                     found.append(path.as_posix())
             except OSError:
                 continue
@@ -232,15 +240,30 @@ def _read_from_folder(skill: Skill, path: str, max_bytes: int) -> str:
         raise SkillFileError(f"{path!r} is a folder; its files are: {listed}")
     if not stat.S_ISREG(found.st_mode):
         raise SkillFileError(f"{path!r} of skill {skill.name!r} is not a regular file")
+    _refuse_hard_link(skill, path, found)
     if found.st_size > max_bytes:
         raise _too_large(skill, path, found.st_size, max_bytes)
     try:
         descriptor = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(descriptor, "rb") as handle:
+            # The file opened may not be the one stat-ed (a link swapped in between).
+            opened = os.fstat(handle.fileno())
+            if not stat.S_ISREG(opened.st_mode):
+                raise SkillFileError(f"{path!r} of skill {skill.name!r} is not a regular file")
+            _refuse_hard_link(skill, path, opened)
             data = handle.read(max_bytes + 1)
     except OSError as error:
         raise SkillFileError(f"{path!r} of skill {skill.name!r}: {error.strerror}") from None
     return _checked_text(skill, path, data, max_bytes)
+
+
+def _refuse_hard_link(skill: Skill, path: str, found: os.stat_result) -> None:
+    """Refuse a regular file with more than one link: its other names may be anywhere."""
+    if found.st_nlink > 1:
+        raise SkillFileError(
+            f"{path!r} is a hard link ({found.st_nlink} links) and may lead out of the "
+            f"folder of skill {skill.name!r}; copy the file into the folder instead"
+        )
 
 
 def _read_from_value(skill: Skill, path: str, value: Mapping[str, object], max_bytes: int) -> str:
