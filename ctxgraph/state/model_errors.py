@@ -17,7 +17,44 @@ ROLES = ("main", "summary", "memory", "embedding")
 DEBUG_VARIABLE = "CTXGRAPH_DEBUG"
 """Environment variable that, set to 1, adds the traceback to a one-line error."""
 
-_API_PATHS = ("/chat/completions", "/embeddings", "/completions")
+_API_PATHS = ("/chat/completions", "/embeddings", "/completions", "/messages")
+
+_API_ERROR_NAMES = frozenset(
+    {"APIError", "APIStatusError", "APIConnectionError", "APITimeoutError"}
+)
+"""Class names of the errors that OpenAI-style SDKs (openai, anthropic, ...) raise."""
+
+_STATUS_ERROR_NAMES = frozenset(
+    {
+        "AuthenticationError",
+        "PermissionDeniedError",
+        "NotFoundError",
+        "RateLimitError",
+        "BadRequestError",
+        "ConflictError",
+        "UnprocessableEntityError",
+        "InternalServerError",
+        "OverloadedError",
+        "ServiceUnavailableError",
+        "HTTPStatusError",
+    }
+)
+"""Class names of HTTP status errors; they count when they carry a ``status_code``."""
+
+_TIMEOUT_NAMES = frozenset(
+    {"APITimeoutError", "TimeoutException", "ConnectTimeout", "ReadTimeout", "WriteTimeout"}
+)
+_CONNECTION_NAMES = frozenset(
+    {"APIConnectionError", "TransportError", "NetworkError", "ConnectError", "RemoteProtocolError"}
+)
+
+_KEY_VARIABLES = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "groq": "GROQ_API_KEY",
+    "mistralai": "MISTRAL_API_KEY",
+}
+"""The API key variable to check, by the top-level module of the error's class."""
 
 
 class ModelEndpointError(RuntimeError):
@@ -48,14 +85,43 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+def _class_names(error: BaseException) -> set[str]:
+    return {klass.__name__ for klass in type(error).__mro__}
+
+
+def _status_code(error: BaseException) -> int | None:
+    """The HTTP status of ``error`` (its ``status_code``, else its response's)."""
+    for holder in (error, getattr(error, "response", None)):
+        status = getattr(holder, "status_code", None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
+def _is_httpx_error(error: BaseException) -> bool:
+    """Whether ``error`` is an ``httpx`` (or ``httpx2``) transport or HTTP status error."""
+    library = type(error).__module__.split(".", 1)[0]
+    if not library.startswith("httpx"):
+        return False
+    return bool(_class_names(error) & {"TransportError", "HTTPStatusError"})
+
+
+def _is_api_error(error: BaseException) -> bool:
+    """Whether ``error`` is a client library's endpoint failure, recognised by its class.
+
+    ``openai.APIError`` and its kin are matched by name, so that other SDKs shaped like
+    it (``anthropic``) are recognised without importing them; so are ``httpx`` errors.
+    """
+    names = _class_names(error)
+    if names & _API_ERROR_NAMES or _is_httpx_error(error):
+        return True
+    return bool(names & _STATUS_ERROR_NAMES) and _status_code(error) is not None
+
+
 def _api_error(error: BaseException) -> Any | None:
-    """The ``openai.APIError`` in the chain of ``error``, if any."""
-    try:
-        import openai
-    except ImportError:  # pragma: no cover - the client library is a dependency
-        return None
+    """The client library's endpoint error in the chain of ``error``, if any."""
     for link in _chain(error):
-        if isinstance(link, openai.APIError):
+        if _is_api_error(link):
             return link
     return None
 
@@ -65,11 +131,19 @@ def is_endpoint_error(error: BaseException) -> bool:
     return isinstance(error, ModelEndpointError) or _api_error(error) is not None
 
 
+def _attribute(holder: Any, name: str) -> Any | None:
+    """``holder.name``, or None when it is missing or unset (httpx raises RuntimeError)."""
+    try:
+        return getattr(holder, name, None)
+    except RuntimeError:
+        return None
+
+
 def _request(error: BaseException) -> Any | None:
-    request = getattr(error, "request", None)
+    """The HTTP request that failed, from ``error`` or its response."""
+    request = _attribute(error, "request")
     if request is None:
-        response = getattr(error, "response", None)
-        request = getattr(response, "request", None)
+        request = _attribute(_attribute(error, "response"), "request")
     return request
 
 
@@ -111,17 +185,29 @@ def _timeout_seconds(request: Any) -> float | None:
     return None
 
 
+def _body_message(body: Any) -> str:
+    """The ``error.message`` (or ``message``) of an error body, if it has one."""
+    if not isinstance(body, dict):
+        return ""
+    inner = body.get("error", body)
+    message = inner.get("message") if isinstance(inner, dict) else inner
+    return _one_line(message) if isinstance(message, str) and message.strip() else ""
+
+
 def _server_message(api_error: Any) -> str:
-    """The ``error.message`` of an OpenAI-style error body, else the response text."""
-    body = getattr(api_error, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        if isinstance(message, str) and message.strip():
-            return _one_line(message)
-    response = getattr(api_error, "response", None)
-    text = getattr(response, "text", "") if response is not None else ""
-    return _one_line(text) if isinstance(text, str) else ""
+    """The ``error.message`` of an OpenAI- or Anthropic-style error body, else the text."""
+    message = _body_message(getattr(api_error, "body", None))
+    if message:
+        return message
+    response = _attribute(api_error, "response")
+    text = _attribute(response, "text") if response is not None else ""
+    if not isinstance(text, str):
+        return ""
+    try:
+        message = _body_message(json.loads(text))
+    except ValueError:
+        message = ""
+    return message or _one_line(text)
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -154,37 +240,49 @@ def _connection_cause(error: BaseException) -> str:
     return f"connection failed ({words or type(error).__name__})"
 
 
-def describe_cause(error: BaseException) -> str:
-    """One line saying why the endpoint failed, naming the HTTP status where there is one."""
-    import openai
+def _key_variable(api_error: Any) -> str:
+    """The API key variable the library of ``api_error`` reads, or a generic phrase."""
+    library = type(api_error).__module__.split(".", 1)[0]
+    return _KEY_VARIABLES.get(library, "the provider's API key")
 
-    api_error = _api_error(error)
-    if api_error is None:
-        return _one_line(f"{type(error).__name__}: {error}")
-    if isinstance(api_error, openai.APITimeoutError):
-        seconds = _timeout_seconds(_request(api_error))
-        after = f"within {seconds:g} s " if seconds is not None else ""
-        return f"timed out: no answer {after}(CTXGRAPH_REQUEST_TIMEOUT)"
-    if isinstance(api_error, openai.APIConnectionError):
-        return _connection_cause(api_error)
-    if isinstance(api_error, openai.APIStatusError):
-        status = api_error.status_code
-        message = _server_message(api_error)
-        detail = f": {message}" if message else ""
-        if status == 401:
-            return f"authentication failed (HTTP 401{detail}); check OPENAI_API_KEY"
-        if status == 403:
-            return f"access denied (HTTP 403{detail}); check OPENAI_API_KEY and its permissions"
-        if status == 404:
+
+def _status_cause(status: int, api_error: Any) -> str:
+    message = _server_message(api_error)
+    detail = f": {message}" if message else ""
+    key = _key_variable(api_error)
+    if status == 401:
+        return f"authentication failed (HTTP 401{detail}); check {key}"
+    if status == 403:
+        return f"access denied (HTTP 403{detail}); check {key} and its permissions"
+    if status == 404:
+        if key == "OPENAI_API_KEY":
             return (
                 f"not found (HTTP 404{detail}); check the model name and OPENAI_BASE_URL "
                 "(it usually ends in /v1)"
             )
-        if status == 429:
-            return f"rate limited or out of quota (HTTP 429{detail}); try again later"
-        if status >= 500:
-            return f"server error (HTTP {status}{detail})"
-        return f"request rejected (HTTP {status}{detail})"
+        return f"not found (HTTP 404{detail}); check the model name"
+    if status == 429:
+        return f"rate limited or out of quota (HTTP 429{detail}); try again later"
+    if status >= 500:
+        return f"server error (HTTP {status}{detail})"
+    return f"request rejected (HTTP {status}{detail})"
+
+
+def describe_cause(error: BaseException) -> str:
+    """One line saying why the endpoint failed, naming the HTTP status where there is one."""
+    api_error = _api_error(error)
+    if api_error is None:
+        return _one_line(f"{type(error).__name__}: {error}")
+    names = _class_names(api_error)
+    if names & _TIMEOUT_NAMES:
+        seconds = _timeout_seconds(_request(api_error))
+        after = f"within {seconds:g} s " if seconds is not None else ""
+        return f"timed out: no answer {after}(CTXGRAPH_REQUEST_TIMEOUT)"
+    if names & _CONNECTION_NAMES:
+        return _connection_cause(api_error)
+    status = _status_code(api_error)
+    if status is not None:
+        return _status_cause(status, api_error)
     return _one_line(f"{type(api_error).__name__}: {api_error}")
 
 
@@ -212,8 +310,8 @@ def endpoint_error(
 
 def endpoint_warning(error: BaseException, role: str, model: Any = None) -> str:
     """The one-line warning for a failed call whose failure does not fail the turn."""
-    name = getattr(model, "model_name", None)
-    base = getattr(model, "openai_api_base", None)
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    base = getattr(model, "openai_api_base", None) or getattr(model, "anthropic_api_url", None)
     return str(
         endpoint_error(
             error,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
@@ -17,8 +19,70 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 ENVIRONMENT_HELP = (
     "no chat model is configured: set CTXGRAPH_MODEL (e.g. gpt-4o-mini) and OPENAI_API_KEY, "
-    "or OPENAI_BASE_URL for an OpenAI-compatible server; CTXGRAPH_MODEL=scripted runs offline"
+    "or OPENAI_BASE_URL for an OpenAI-compatible server, or a provider:model name "
+    "(e.g. anthropic:claude-sonnet-4-5); CTXGRAPH_MODEL=scripted runs offline"
 )
+
+ROLE_VARIABLES = {
+    "main": "CTXGRAPH_MODEL",
+    "summary": "CTXGRAPH_SUMMARY_MODEL",
+    "memory": "CTXGRAPH_MEMORY_MODEL",
+}
+"""Environment variable naming each role's model (bare name or ``provider:model``)."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A ``provider:`` prefix that LangChain's ``init_chat_model`` can build a model for.
+
+    Args:
+        module: The module that holds the chat model class (checked before building).
+        package: What to ``pip install`` when ``module`` is missing.
+        key_variable: The provider's API key variable, passed on when ``environ`` has it.
+        limits: Whether the class takes ``timeout`` and ``max_retries``.
+
+    """
+
+    module: str
+    package: str
+    key_variable: str | None = None
+    limits: bool = False
+
+
+PROVIDERS: Mapping[str, Provider] = {
+    "anthropic": Provider("langchain_anthropic", "langchain-anthropic", "ANTHROPIC_API_KEY", True),
+    "anthropic_bedrock": Provider("langchain_aws", "langchain-aws"),
+    "azure_ai": Provider("langchain_azure_ai", "langchain-azure-ai"),
+    "azure_openai": Provider("langchain_openai", "langchain-openai", "AZURE_OPENAI_API_KEY", True),
+    "baseten": Provider("langchain_baseten", "langchain-baseten"),
+    "bedrock": Provider("langchain_aws", "langchain-aws"),
+    "bedrock_converse": Provider("langchain_aws", "langchain-aws"),
+    "cohere": Provider("langchain_cohere", "langchain-cohere"),
+    "deepseek": Provider("langchain_deepseek", "langchain-deepseek", "DEEPSEEK_API_KEY", True),
+    "fireworks": Provider("langchain_fireworks", "langchain-fireworks"),
+    "google_genai": Provider("langchain_google_genai", "langchain-google-genai"),
+    "google_vertexai": Provider("langchain_google_vertexai", "langchain-google-vertexai"),
+    "groq": Provider("langchain_groq", "langchain-groq", "GROQ_API_KEY", True),
+    "huggingface": Provider("langchain_huggingface", "langchain-huggingface"),
+    "ibm": Provider("langchain_ibm", "langchain-ibm"),
+    "litellm": Provider("langchain_litellm", "langchain-litellm"),
+    "mistralai": Provider("langchain_mistralai", "langchain-mistralai", "MISTRAL_API_KEY", True),
+    "nvidia": Provider("langchain_nvidia_ai_endpoints", "langchain-nvidia-ai-endpoints"),
+    "ollama": Provider("langchain_ollama", "langchain-ollama"),
+    "openrouter": Provider("langchain_openrouter", "langchain-openrouter"),
+    "perplexity": Provider("langchain_perplexity", "langchain-perplexity"),
+    "together": Provider("langchain_together", "langchain-together"),
+    "upstage": Provider("langchain_upstage", "langchain-upstage"),
+    "xai": Provider("langchain_xai", "langchain-xai", "XAI_API_KEY", True),
+}
+"""Prefixes of ``provider:model`` names built through ``init_chat_model``.
+
+``openai:`` is not listed: it means the OpenAI-compatible path of a bare name. A prefix
+that is not listed (``qwen2.5:7b``) is part of a bare, OpenAI-compatible model name.
+"""
+
+OPENAI_PREFIX = "openai"
+"""Prefix that names the OpenAI-compatible path explicitly (``openai:gpt-4o-mini``)."""
 
 TIMEOUT_VARIABLE = "CTXGRAPH_REQUEST_TIMEOUT"
 """Environment variable: seconds one model request may take before it fails."""
@@ -110,9 +174,6 @@ class Models:
                 or ``max_retries`` is unusable.
 
         """
-        from langchain_openai import ChatOpenAI
-        from pydantic import SecretStr
-
         if not api_key and not base_url:
             raise ModelConfigError(missing_key_message(None))
         if isinstance(timeout, bool) or not (
@@ -121,16 +182,10 @@ class Models:
             raise ModelConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ModelConfigError(f"max_retries must be a whole number >= 0, got {max_retries!r}")
-        # Local OpenAI-compatible servers usually accept any key; the client insists on one.
-        key = SecretStr(api_key or "not-needed")
 
         def make(name: str) -> BaseChatModel:
-            return ChatOpenAI(
-                model=name,
-                base_url=base_url,
-                api_key=key,
-                timeout=float(timeout),
-                max_retries=max_retries,
+            return openai_chat_model(
+                name, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
             )
 
         main = make(model)
@@ -147,19 +202,24 @@ class Models:
         Args:
             environ: The environment. ``CTXGRAPH_MODEL`` names the main model
                 (``scripted``: the offline demo model in every role);
-                ``CTXGRAPH_SUMMARY_MODEL`` and ``CTXGRAPH_MEMORY_MODEL`` the other roles';
-                ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` the endpoint;
-                ``CTXGRAPH_REQUEST_TIMEOUT`` and ``CTXGRAPH_MAX_RETRIES`` the limits.
+                ``CTXGRAPH_SUMMARY_MODEL`` and ``CTXGRAPH_MEMORY_MODEL`` the other roles'.
+                A bare name (``gpt-4o-mini``, ``qwen2.5:7b``) or ``openai:<name>`` is a
+                model on the OpenAI-compatible endpoint of ``OPENAI_BASE_URL`` and
+                ``OPENAI_API_KEY``; ``<provider>:<name>`` with a provider of ``PROVIDERS``
+                (``anthropic:claude-sonnet-4-5``) is built by LangChain's
+                ``init_chat_model`` and reads that provider's key variable;
+                ``CTXGRAPH_REQUEST_TIMEOUT`` and ``CTXGRAPH_MAX_RETRIES`` set the limits.
 
         Returns:
             The configured models; nothing is contacted yet.
 
         Raises:
-            ModelConfigError: ``CTXGRAPH_MODEL`` is not set, a remote endpoint has no
-                ``OPENAI_API_KEY``, or a limit is unusable; the message says what to set.
+            ModelConfigError: ``CTXGRAPH_MODEL`` is not set, an OpenAI-compatible remote
+                endpoint has no ``OPENAI_API_KEY``, a provider's package is not installed,
+                or a limit is unusable; the message says what to set or install.
 
         """
-        name = environ.get("CTXGRAPH_MODEL", "").strip()
+        name = environ.get(ROLE_VARIABLES["main"], "").strip()
         if not name:
             raise ModelConfigError(ENVIRONMENT_HELP)
         if name == SCRIPTED_MODEL_NAME:
@@ -168,21 +228,146 @@ class Models:
 
             main, summary, memory = demo_role_models()
             return cls(main=main, summary=summary, memory=memory)
+        names = {
+            role: environ.get(variable, "").strip() or None
+            for role, variable in ROLE_VARIABLES.items()
+        }
+        names["main"] = name
+        specs = {role: split_provider(value) for role, value in names.items() if value}
         base_url = environ.get("OPENAI_BASE_URL", "").strip()
         api_key = environ.get("OPENAI_API_KEY", "").strip()
-        if not api_key and not is_local_endpoint(base_url):
+        openai_compatible = any(provider is None for provider, _ in specs.values())
+        if openai_compatible and not api_key and not is_local_endpoint(base_url):
             raise ModelConfigError(missing_key_message(base_url or None))
         timeout, retries = request_limits(environ)
-        return cls.openai(
-            name,
-            summary_model=environ.get("CTXGRAPH_SUMMARY_MODEL") or None,
-            memory_model=environ.get("CTXGRAPH_MEMORY_MODEL") or None,
-            # Explicit, so the client does not fall back to variables outside ``environ``.
-            base_url=base_url or OPENAI_BASE_URL,
-            api_key=api_key or None,
-            timeout=timeout,
-            max_retries=retries,
-        )
+
+        def make(role: str) -> BaseChatModel:
+            provider, model = specs[role]
+            if provider is None:
+                return openai_chat_model(
+                    model,
+                    # Explicit, so the client does not fall back to variables outside ``environ``.
+                    base_url=base_url or OPENAI_BASE_URL,
+                    api_key=api_key or None,
+                    timeout=timeout,
+                    max_retries=retries,
+                )
+            return provider_chat_model(
+                role, provider, model, environ=environ, timeout=timeout, max_retries=retries
+            )
+
+        def other(role: str) -> BaseChatModel | None:
+            if role not in specs or specs[role] == specs["main"]:
+                return None
+            return make(role)
+
+        return cls(main=make("main"), summary=other("summary"), memory=other("memory"))
+
+
+def split_provider(name: str) -> tuple[str | None, str]:
+    """Split ``provider:model`` into its parts; None is the OpenAI-compatible path.
+
+    Only a prefix of ``PROVIDERS`` (or ``openai``) counts as a provider, so that names with
+    a colon of their own (``qwen2.5:7b``, ``llama3:70b``) stay bare model names.
+    """
+    prefix, colon, rest = name.partition(":")
+    key = prefix.strip().lower().replace("-", "_")
+    if not colon or not rest.strip():
+        return None, name
+    if key == OPENAI_PREFIX:
+        return None, rest.strip()
+    if key in PROVIDERS:
+        return key, rest.strip()
+    return None, name
+
+
+def openai_chat_model(
+    name: str,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    timeout: float,
+    max_retries: int,
+) -> BaseChatModel:
+    """A ``ChatOpenAI`` for ``name`` on an OpenAI-compatible endpoint (limits unchecked)."""
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    return ChatOpenAI(
+        model=name,
+        base_url=base_url,
+        # Local OpenAI-compatible servers usually accept any key; the client insists on one.
+        api_key=SecretStr(api_key or "not-needed"),
+        timeout=float(timeout),
+        max_retries=max_retries,
+    )
+
+
+def provider_installed(module: str) -> bool:
+    """Whether ``module`` (a provider's LangChain package) can be imported."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_package_message(variable: str, value: str, package: str) -> str:
+    """The one-line error for a ``provider:model`` whose package is not installed."""
+    return f"{variable}={value} needs the {package} package: pip install {package}"
+
+
+def provider_chat_model(
+    role: str,
+    provider: str,
+    model: str,
+    *,
+    environ: Mapping[str, str],
+    timeout: float,
+    max_retries: int,
+) -> BaseChatModel:
+    """Build ``provider``'s chat model for ``model`` with LangChain's ``init_chat_model``.
+
+    Args:
+        role: The role it is for (``main``, ``summary``, ``memory``), named in errors.
+        provider: A key of ``PROVIDERS``.
+        model: The model name without the prefix.
+        environ: The environment; the provider's key variable is passed on from it.
+        timeout: Seconds one request may take, for providers that take a timeout.
+        max_retries: Retries of a failed request, for providers that take them.
+
+    Returns:
+        The chat model; nothing is contacted yet.
+
+    Raises:
+        ModelConfigError: The provider's package is not installed (the line names it), or
+            the provider rejects the configuration; the message names the role's variable.
+
+    """
+    spec = PROVIDERS[provider]
+    variable = ROLE_VARIABLES.get(role, role)
+    value = f"{provider}:{model}"
+    if not provider_installed(spec.module):
+        raise ModelConfigError(missing_package_message(variable, value, spec.package))
+    from langchain.chat_models import init_chat_model
+
+    options: dict[str, Any] = {}
+    if spec.limits:
+        options.update(timeout=float(timeout), max_retries=max_retries)
+    key = environ.get(spec.key_variable, "").strip() if spec.key_variable else ""
+    if key:
+        options["api_key"] = key
+    try:
+        built = init_chat_model(model, model_provider=provider, **options)
+    except ImportError as error:
+        raise ModelConfigError(
+            f"{missing_package_message(variable, value, spec.package)} ({error})"
+        ) from error
+    except (ValueError, TypeError) as error:
+        cause = " ".join(str(error).split())
+        raise ModelConfigError(f"{variable}={value} cannot be built: {cause}") from error
+    if not isinstance(built, BaseChatModel):
+        raise ModelConfigError(f"{variable}={value} did not build a chat model, got {built!r}")
+    return built
 
 
 def is_local_endpoint(base_url: str) -> bool:
