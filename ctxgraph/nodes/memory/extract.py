@@ -1,21 +1,31 @@
-"""Asks the memory model for fact candidates and keeps only those the rules accept."""
+"""Asks the memory model for fact candidates and keeps only those the rules accept.
+
+The reply is read in order of trust: the ``MemoryUpdate`` tool call; else a JSON object of
+that shape in the answer text (fenced or not, with chatter around); else the extraction is
+skipped with one warning. Every candidate, however it arrived, passes the same gate
+(``accept_candidate``). Errors of the call itself (timeouts, provider errors) propagate to
+the caller, which logs them and retries on a later turn.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import BaseOutputParser
 from langchain_core.outputs import ChatGeneration
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.constants import TAG_NOSTREAM
+from pydantic import ValidationError
 
 from ctxgraph.nodes.memory.filter import render_rows
 from ctxgraph.state.context import Context
@@ -102,6 +112,8 @@ class ExtractionResult:
     rejected: list[tuple[str, str]] = field(default_factory=list)
     profile: dict[str, str] | None = None
     """The profile after this extraction's updates; None when none was stored."""
+    skipped: str | None = None
+    """Why nothing was read from the reply (no tool call and no JSON); None when it was."""
 
 
 def known_facts(facts: Sequence[Fact]) -> list[dict[str, str]]:
@@ -221,24 +233,39 @@ class MemoryExtractor:
             prompt = ExtractionPrompt(prompt)
         self.prompt = prompt
         """The prompt of every extraction call."""
-        self._structured = model.with_structured_output(
-            MEMORY_UPDATE_TOOL, method="function_calling"
+        self._steps = _model_and_parser(
+            model.with_structured_output(MEMORY_UPDATE_TOOL, method="function_calling")
         )
-        self._steps = _model_and_parser(self._structured)
+        self._with_raw: Runnable[Any, Any] | None = None
+        if self._steps is None:  # another shape: let it hand back the raw reply too
+            self._with_raw = model.with_structured_output(
+                MEMORY_UPDATE_TOOL, method="function_calling", include_raw=True
+            )
 
-    def _ask(self, prompt: list[BaseMessage]) -> MemoryUpdate:
-        """One call of the memory model, its reply validated."""
+    def _ask(self, prompt: list[BaseMessage]) -> MemoryUpdate | str:
+        """One call of the memory model: its ``MemoryUpdate``, or why there is none."""
         if self._steps is None:
-            return _checked(self._structured.invoke(prompt, memory_config()))
+            assert self._with_raw is not None
+            return _read_raw(self._with_raw.invoke(prompt, memory_config()))
         call, parser = self._steps
-        return _checked(_parsed(parser, call.invoke(prompt, memory_config())))
+        return _read(parser, call.invoke(prompt, memory_config()))
 
-    async def _aask(self, prompt: list[BaseMessage]) -> MemoryUpdate:
+    async def _aask(self, prompt: list[BaseMessage]) -> MemoryUpdate | str:
         """Async :meth:`_ask`."""
         if self._steps is None:
-            return _checked(await self._structured.ainvoke(prompt, memory_config()))
+            assert self._with_raw is not None
+            return _read_raw(await self._with_raw.ainvoke(prompt, memory_config()))
         call, parser = self._steps
-        return _checked(_parsed(parser, await call.ainvoke(prompt, memory_config())))
+        return _read(parser, await call.ainvoke(prompt, memory_config()))
+
+    def _skipped(self, reason: str) -> ExtractionResult:
+        """The empty result of an unreadable reply, logged once with its reason."""
+        logger.warning(
+            "memory extraction skipped (memory model %s): %s",
+            getattr(self.model, "model_name", None) or type(self.model).__name__,
+            reason,
+        )
+        return ExtractionResult(skipped=reason)
 
     def extract(
         self,
@@ -262,6 +289,8 @@ class MemoryExtractor:
             facts = known_facts(repository.list_facts(context))
         prompt = self.prompt.messages(rows, profile, facts)
         update = self._ask(prompt)
+        if isinstance(update, str):
+            return self._skipped(update)
         result = ExtractionResult()
         for candidate, decision in _decide(update, rows, context, threshold, result):
             if isinstance(candidate, FactCandidate):
@@ -291,6 +320,8 @@ class MemoryExtractor:
             facts = known_facts(await repository.alist_facts(context))
         prompt = self.prompt.messages(rows, profile, facts)
         update = await self._aask(prompt)
+        if isinstance(update, str):
+            return self._skipped(update)
         result = ExtractionResult()
         for candidate, decision in _decide(update, rows, context, threshold, result):
             if isinstance(candidate, FactCandidate):
@@ -331,6 +362,116 @@ def _checked(update: Any) -> MemoryUpdate:
     if isinstance(update, dict):
         return MemoryUpdate.model_validate(update)
     raise TypeError(f"the memory model returned {type(update).__name__}, not MemoryUpdate")
+
+
+_UNREADABLE = (OutputParserException, ValidationError, TypeError, ValueError)
+"""What reading a reply's tool call or JSON may raise: the reply's fault, not the call's."""
+
+
+def _read(parser: BaseOutputParser[Any], reply: Any) -> MemoryUpdate | str:
+    """The ``MemoryUpdate`` of a reply: its tool call, else JSON in its text, else why not."""
+    try:
+        parsed = _parsed(parser, reply)
+        if parsed is not None:
+            return _checked(parsed)
+    except _UNREADABLE as error:
+        return _from_text(_text_of(reply), f"invalid MemoryUpdate arguments ({_first_line(error)})")
+    if isinstance(reply, AIMessage) and reply.invalid_tool_calls:
+        return _from_text(_text_of(reply), "invalid MemoryUpdate arguments (not JSON)")
+    return _from_text(_text_of(reply), "no MemoryUpdate tool call")
+
+
+def _read_raw(result: Any) -> MemoryUpdate | str:
+    """:func:`_read` for ``with_structured_output(include_raw=True)``'s dict."""
+    if not isinstance(result, dict) or "raw" not in result:
+        try:
+            return _checked(result)
+        except _UNREADABLE as error:
+            return f"invalid MemoryUpdate arguments ({_first_line(error)})"
+    parsed, failure = result.get("parsed"), result.get("parsing_error")
+    problem = "no MemoryUpdate tool call"
+    if isinstance(failure, BaseException):
+        problem = f"invalid MemoryUpdate arguments ({_first_line(failure)})"
+    elif parsed is not None:
+        try:
+            return _checked(parsed)
+        except _UNREADABLE as error:
+            problem = f"invalid MemoryUpdate arguments ({_first_line(error)})"
+    return _from_text(_text_of(result["raw"]), problem)
+
+
+def _text_of(reply: Any) -> str:
+    if isinstance(reply, BaseMessage):
+        return reply.text
+    return reply if isinstance(reply, str) else ""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+_MAX_OBJECTS = 32
+"""How many ``{`` positions of an answer's text are tried as the start of a JSON object."""
+_WRAPPERS = ("arguments", "args", "parameters", "input")
+"""Keys under which a model that writes its tool call as text puts the arguments."""
+
+
+def update_from_text(text: str) -> MemoryUpdate | None:
+    """The first JSON object in ``text`` that is a valid ``MemoryUpdate``, or None.
+
+    Fenced blocks (```` ```json ````) are tried first, then the whole text, then each
+    object that starts in it; an object wrapping the arguments as a tool call written out
+    (``{"name": "MemoryUpdate", "arguments": {...}}``) counts as its arguments.
+    """
+    decoder = json.JSONDecoder()
+    for chunk in [*(m.group(1) for m in _FENCE.finditer(text)), text]:
+        start = chunk.find("{")
+        tried = 0
+        while start != -1 and tried < _MAX_OBJECTS:
+            tried += 1
+            try:
+                value, _ = decoder.raw_decode(chunk, start)
+            except ValueError:
+                value = None
+            update = _as_update(value)
+            if update is not None:
+                return update
+            start = chunk.find("{", start + 1)
+    return None
+
+
+def _as_update(value: Any) -> MemoryUpdate | None:
+    if not isinstance(value, dict):
+        return None
+    for key in _WRAPPERS:
+        inner = value.get(key)
+        if isinstance(inner, str):
+            try:
+                inner = json.loads(inner)
+            except ValueError:
+                inner = None
+        if isinstance(inner, dict) and {"facts", "profile_updates"} & inner.keys():
+            value = inner
+            break
+    if not {"facts", "profile_updates"} & value.keys():
+        return None  # an object of some other shape ({} is not an answer either)
+    try:
+        return MemoryUpdate.model_validate(value)
+    except ValidationError:
+        return None
+
+
+def _from_text(text: str, problem: str) -> MemoryUpdate | str:
+    """The ``MemoryUpdate`` written in the answer text, or the reason nothing was read."""
+    update = update_from_text(text)
+    if update is not None:
+        logger.info("memory model answered without a valid tool call; read its JSON text")
+        return update
+    if not text.strip():
+        return f"{problem} and an empty answer"
+    return f"{problem} and no MemoryUpdate JSON in the answer text ({len(text)} chars)"
 
 
 def _decide(
