@@ -429,7 +429,8 @@ def test_run_job_reports_a_failed_job_and_one_still_running() -> None:
         models=Models(
             main=ScriptedChatModel(responder=failing), summary=ScriptedChatModel(responder=failing)
         ),
-        settings=BACKGROUND,
+        # Without the model-free record, a job no model can summarize fails.
+        settings=replace(BACKGROUND, summary_fallback="off"),
     )
     failed = broken.run_job(values, s.store, s.thread, wait_s=10)
     assert failed.state == "failed" and failed.result is None and failed.lease is not None

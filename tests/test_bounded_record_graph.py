@@ -183,7 +183,11 @@ def test_each_refused_compaction_makes_the_next_attempt_keep_fewer_messages(
         return AIMessage(f"Answer {len(messages)}.")
 
     settings = Settings(
-        memory_extraction="off", memory_mode="off", trigger_messages=14, keep_messages=8
+        memory_extraction="off",
+        memory_mode="off",
+        trigger_messages=14,
+        keep_messages=8,
+        summary_fallback="off",  # refusals, not a model-free record
     )
     summarizer = ScriptedChatModel(responder=summarize)
     main = ScriptedChatModel(responder=chat)

@@ -7,7 +7,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -62,6 +62,8 @@ CTX = Context(user_id="u1")
 # These tests are about compaction; memory extraction (which adds model calls) is off.
 NO_MEMORY = "off"
 SMALL = Settings(trigger_messages=12, keep_messages=2, memory_extraction=NO_MEMORY)
+NO_FALLBACK = replace(SMALL, summary_fallback="off")
+"""``SMALL`` without the model-free record: a compaction no model summarizes is skipped."""
 """Compacts once the request holds 12 messages, keeping the last tool exchange verbatim."""
 
 FILLER = (
@@ -395,7 +397,8 @@ def test_both_models_failing_leaves_state_untouched_and_the_run_answers(
 ) -> None:
     summarizer = ScriptedChatModel(script=[RuntimeError("summary service unavailable")])
     main = ScriptedChatModel(responder=Dispatch(order_agent(), summary=refuse))
-    session = make_session(main=main, summarizer=summarizer)
+    # With the model-free fallback off, a compaction no model can summarize is skipped.
+    session = make_session(main=main, summarizer=summarizer, settings=NO_FALLBACK)
     with caplog.at_level(logging.WARNING, logger="ctxgraph.compaction"):
         session.turns(1, 2, 3)
 
@@ -614,10 +617,14 @@ CONSISTENT = summary_text(
 )
 
 
-def charge_session(main_summary: str) -> tuple[Session, ScriptedChatModel]:
+def charge_session(
+    main_summary: str, settings: Settings = SMALL
+) -> tuple[Session, ScriptedChatModel]:
     summarizer = ScriptedChatModel(script=[CLAIMS_SUCCESS])
     main = ScriptedChatModel(responder=Dispatch(order_agent(CHARGE_PLAN), summary=[main_summary]))
-    session = make_session(main=main, summarizer=summarizer, tools=(lookup_order, charge_card))
+    session = make_session(
+        main=main, summarizer=summarizer, tools=(lookup_order, charge_card), settings=settings
+    )
     return session, summarizer
 
 
@@ -650,7 +657,8 @@ def test_when_both_summaries_contradict_the_ledger_nothing_is_committed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     also_wrong = summary_text("Charge A-1001.", "Payment c1 went through. B-2002 was looked up.")
-    session, summarizer = charge_session(also_wrong)
+    # With the model-free fallback off, a compaction no model can summarize is skipped.
+    session, summarizer = charge_session(also_wrong, NO_FALLBACK)
     with caplog.at_level(logging.WARNING, logger="ctxgraph.compaction"):
         session.turns(1, 2, 3)
 

@@ -186,6 +186,7 @@ def test_a_hanging_summary_model_skips_compaction_and_the_turn_answers(
         CTXGRAPH_TRIGGER_MESSAGES="4",
         CTXGRAPH_KEEP_MESSAGES="2",
         CTXGRAPH_MEMORY_EXTRACTION="deferred",
+        CTXGRAPH_SUMMARY_FALLBACK="off",  # skip, not a model-free record
     )
     turns = [f"Note {n}: order A-{1000 + n}." for n in range(4)]
     result = run_ctxgraph(python, env, "run", "--user", "u", "--thread", thread_id, *turns)

@@ -34,6 +34,7 @@ from ctxgraph.nodes.skills.view import SkillRequests
 from ctxgraph.nodes.subagents.route import SUBAGENT_NODE
 from ctxgraph.nodes.tools import read_history_tool, tools_node
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
+from ctxgraph.state.calibration import model_name
 from ctxgraph.state.context import Context
 from ctxgraph.state.graph_state import AgentState, InputState, OutputState
 from ctxgraph.state.models import Models, input_window
@@ -257,7 +258,9 @@ class _Parts:
                 lambda run: input_window(main, run.context_window),
                 self.counter.count_text,
             )
-        self.requests = RequestBuilder(self.tools, self.counter, skill_requests)
+        self.requests = RequestBuilder(
+            self.tools, self.counter, skill_requests, model=model_name(models.main)
+        )
 
     def wrappers(self, models: Models, settings: Settings) -> list[ToolWrapper]:
         """The tools node's wrappers, the first outermost.

@@ -22,6 +22,7 @@ from ctxgraph.nodes.skills.record import activation
 from ctxgraph.nodes.skills.slash import first_call_of_turn, slash_command, unknown_skill_reply
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.nodes.subagents.record import model_update, with_abandoned
+from ctxgraph.state.calibration import TokenCalibration, calibrated, reported_input_tokens
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.delegations import DelegationEntry
 from ctxgraph.state.graph_state import AgentState
@@ -46,6 +47,8 @@ class _Call:
     extra: dict[str, Any]
     abandoned: list[DelegationEntry]
     """Delegations left running by an earlier run, marked cancelled for this call."""
+    calibration: TokenCalibration | None = None
+    """The thread's token calibration before this call."""
 
 
 class ModelNode:
@@ -113,6 +116,7 @@ class ModelNode:
         surrogates anywhere in the answer become U+FFFD, so every store can hold it
         (``sanitized_message``). In a graph with
         subagents, the answer's ``task`` calls enter the delegation record as running.
+        An answer that reports its input tokens updates ``token_calibration``.
         """
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
@@ -120,7 +124,19 @@ class ModelNode:
         extra = call.extra
         if self._delegates:
             extra = {**extra, **model_update(answer, call.abandoned)}
+        calibration = self._calibration(answer, call)
+        if calibration is not None:
+            extra = {**extra, "token_calibration": calibration}
         return {"messages": [answer], **extra}
+
+    def _calibration(self, answer: AIMessage, call: _Call) -> TokenCalibration | None:
+        """The calibration updated with ``answer``'s reported input tokens, if any."""
+        model = self._builder.calibration_model
+        reported = reported_input_tokens(answer)
+        if model is None or reported is None:
+            return None
+        local = self._builder.local_tokens(call.request)
+        return calibrated(call.calibration, model, local, reported)
 
     def _slash(
         self, state: AgentState, settings: Settings, snapshot: SkillSnapshot
@@ -165,7 +181,7 @@ class ModelNode:
             state, marked = with_abandoned(state)
         request = self._checked_request(state, settings)
         bound = self._bound_for(self._builder.skill_parts(state, settings).policy, settings)
-        return _Call(bound, request, extra, marked)
+        return _Call(bound, request, extra, marked, state.get("token_calibration"))
 
     def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""

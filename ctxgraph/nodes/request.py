@@ -14,6 +14,7 @@ from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.request_size import RequestSize, state_key
 from ctxgraph.nodes.skills.view import NO_SKILLS, SkillParts, SkillRequests
 from ctxgraph.nodes.subagents.render import delegations_message
+from ctxgraph.state.calibration import factor_of, scaled
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
@@ -58,12 +59,27 @@ def system_message(prompt: str, listing: str) -> SystemMessage:
     return SystemMessage(content=f"{prompt}\n\n{listing}", id=f"{SYSTEM_PROMPT_ID}-{digest}")
 
 
+class Request(list[BaseMessage]):
+    """A built request, with the calibration factor of the state it was built for.
+
+    ``RequestBuilder.measure`` multiplies its local count by ``factor``; a plain list of
+    messages is measured as counted locally.
+    """
+
+    factor: float = 1.0
+
+
 class RequestBuilder:
     """Builds the request: system rules and skill listing, memory, summary, skills, window.
 
     In order: ``[system rules + skill listing] + [memory view] + [summary data] + [active
     skills] + [delegation record] + working messages``. It is the ``RequestMeasurer`` the
     compaction node measures requests with.
+
+    Given the main model's name (``model``) and counting with tiktoken, it measures
+    requests as the provider bills them: the local count times the thread's
+    ``token_calibration`` factor for that model (see ``ctxgraph.state.calibration``). A
+    caller's ``token_counter`` is taken as exact: then nothing is calibrated.
     """
 
     def __init__(
@@ -71,8 +87,11 @@ class RequestBuilder:
         tools: Sequence[BaseTool],
         counter: TokenCounter,
         skills: SkillRequests | None = None,
+        *,
+        model: str | None = None,
     ) -> None:
         self._counter = counter
+        self._model = model if counter.tiktoken else None
         self._skills = skills
         self._system_cache: tuple[tuple[str, str], SystemMessage] | None = None
         self._tool_tokens = counter.count_tools(list(tools))
@@ -87,6 +106,17 @@ class RequestBuilder:
         self._size_cache: tuple[Hashable, RequestSize] | None = None
 
     @property
+    def calibration_model(self) -> str | None:
+        """The model name requests are calibrated for; None when nothing is calibrated."""
+        return self._model
+
+    def factor(self, state: AgentState) -> float:
+        """What local counts of ``state``'s requests are multiplied by (1.0 uncalibrated)."""
+        if self._model is None:
+            return 1.0
+        return factor_of(state.get("token_calibration"), self._model)
+
+    @property
     def tool_tokens(self) -> int:
         """Tokens of the bound tool schemas, sent with every request."""
         return self._tool_tokens
@@ -95,14 +125,15 @@ class RequestBuilder:
         """What skills add to the request for ``state``: listing, context and tool policy."""
         return NO_SKILLS if self._skills is None else self._skills.parts(state, settings)
 
-    def build(self, state: AgentState, settings: Settings) -> list[BaseMessage]:
-        """The messages the main model receives for ``state``."""
+    def build(self, state: AgentState, settings: Settings) -> Request:
+        """The messages the main model receives for ``state``, with its calibration factor."""
         window: Sequence[AnyMessage] = state.get("messages") or []
         leading = 0
         while leading < len(window) and isinstance(window[leading], SystemMessage):
             leading += 1
         skills = self.skill_parts(state, settings)
-        request: list[BaseMessage] = [self._system_message(settings.system_prompt, skills.listing)]
+        request = Request([self._system_message(settings.system_prompt, skills.listing)])
+        request.factor = self.factor(state)
         request.extend(window[:leading])
         view = state.get("memory_view")
         if view:
@@ -166,7 +197,7 @@ class RequestBuilder:
         """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
         skills = self.skill_parts(state, settings)
         context_id = None if skills.context is None else skills.context.id
-        key = (state_key(state, settings), skills.listing, context_id)
+        key = (state_key(state, settings), skills.listing, context_id, self.factor(state))
         if self._size_cache is not None and self._size_cache[0] == key:
             return self._size_cache[1]
         size = self.measure(self.build(state, settings))
@@ -174,8 +205,14 @@ class RequestBuilder:
         return size
 
     def measure(self, request: Sequence[BaseMessage]) -> RequestSize:
-        """Tokens (tool schemas included) and message count of a built request."""
-        return RequestSize(
-            tokens=self._counter.count_messages(request) + self._tool_tokens,
-            messages=len(request),
-        )
+        """Tokens (tool schemas included) and message count of a built request.
+
+        A ``Request`` counts as the provider bills it (its local count times its
+        calibration factor); a plain list of messages as counted locally.
+        """
+        factor = request.factor if isinstance(request, Request) else 1.0
+        return RequestSize(tokens=scaled(self.local_tokens(request), factor), messages=len(request))
+
+    def local_tokens(self, request: Sequence[BaseMessage]) -> int:
+        """Tokens of ``request`` (tool schemas included) as counted locally, uncalibrated."""
+        return self._counter.count_messages(request) + self._tool_tokens

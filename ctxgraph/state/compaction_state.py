@@ -26,6 +26,8 @@ class SummaryRecord(TypedDict, total=False):
     artifacts: str
     next_steps: str
     ledger: Any
+    degraded: bool
+    """True when no model wrote a usable summary and code built the sections."""
 
 
 class CompactionMark(TypedDict, total=False):
@@ -39,6 +41,8 @@ class CompactionMark(TypedDict, total=False):
     """Of the summary, the cursor and the folded message ids of the latest version."""
     chain_hash: str
     """Hash chain over every folded message, from ``CHAIN_SEED``."""
+    degraded: bool
+    """True when this version's summary is the model-free record."""
 
 
 class CompactionJob(TypedDict, total=False):

@@ -9,6 +9,7 @@ from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
+from ctxgraph.state.calibration import TokenCalibration
 from ctxgraph.state.compaction_state import (
     CompactionJob,
     CompactionMark,
@@ -80,4 +81,10 @@ class AgentState(TypedDict):
     """One entry per ``task`` call (type, brief, status, refs), at most 50 with older
     finished ones folded into counts. Kept apart from ``messages``, so compaction never
     folds it; every request renders it.
+    """
+    token_calibration: NotRequired[TokenCalibration | None]
+    """Reported input tokens per locally counted token of the main model's requests
+    (``ctxgraph.state.calibration``): every request size the triggers, budgets and the
+    window check compare is the local count times this factor. Absent with a caller's
+    ``token_counter``, or before the main model's first answer that reports usage.
     """

@@ -123,6 +123,14 @@ class Settings:
         default=1_500,
         metadata={"description": "Largest accepted summary text (the four sections), in tokens."},
     )
+    summary_fallback: Literal["record", "off"] = field(
+        default="record",
+        metadata={
+            "description": "When no model writes a usable summary: 'record' commits a "
+            "model-free record (the ledger and a digest of the folded turns, marked degraded) "
+            "so the window stays bounded; 'off' skips the compaction and keeps every message."
+        },
+    )
     summary_input_budget: int = field(
         default=12_000,
         metadata={
@@ -540,6 +548,7 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CTXGRAPH_TRIGGER_FRACTION": ("trigger_fraction", float),
     "CTXGRAPH_KEEP_MESSAGES": ("keep_messages", int),
     "CTXGRAPH_COMPACTION_MODE": ("compaction_mode", str),
+    "CTXGRAPH_SUMMARY_FALLBACK": ("summary_fallback", str),
     "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
     "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
     "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),

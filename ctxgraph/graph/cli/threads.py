@@ -201,7 +201,10 @@ def show_thread(
             lines = transcript_lines(shown, start=number, clip=clip, notes=notes)
             out.write("\n".join(lines) + "\n")
         number += len(messages)
-        out.write(archive_marker_line(version, len(messages), record.get("cursor")) + "\n")
+        marker = archive_marker_line(version, len(messages), record.get("cursor"))
+        if (record.get("summary") or {}).get("degraded"):
+            marker += " (degraded: model-free summary)"
+        out.write(marker + "\n")
     if thread.window:
         shown, notes = full_inputs(thread.window, artifacts)
         lines = transcript_lines(shown, start=number, clip=clip, notes=notes)

@@ -20,8 +20,9 @@ from langchain_core.messages import AnyMessage
 from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.compaction.events import emit
+from ctxgraph.nodes.compaction.fallback import degraded_sections
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
-from ctxgraph.nodes.compaction.summarizer import Check, SummaryJob, SummaryWriter
+from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob, SummaryWriter
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.store.persistence.compaction_lease import CompactionLeases, Lease
@@ -116,6 +117,24 @@ class BackgroundJobs:
                 _RUNNING.discard(threading.current_thread())
                 _FINISHED[snapshot.thread_id] = snapshot.base_version
 
+    def _sections(self, snapshot: JobSnapshot) -> dict[str, str]:
+        """The job's summary; the model-free degraded record when no model writes one."""
+        try:
+            return self._writer.write(snapshot.job, snapshot.settings, snapshot.check)
+        except SummaryError as error:
+            if snapshot.settings.summary_fallback == "off":
+                raise
+            sections = degraded_sections(
+                snapshot.job, snapshot.settings, snapshot.check, version=snapshot.base_version + 1
+            )
+            emit(
+                "degraded",
+                snapshot.thread_id,
+                base_version=snapshot.base_version,
+                reason=str(error),
+            )
+            return sections
+
     def _summarize(
         self, snapshot: JobSnapshot, lease: Lease, leases: CompactionLeases, store: BaseStore
     ) -> bool:
@@ -125,7 +144,7 @@ class BackgroundJobs:
         renewal = _Renewal(leases, lease, snapshot.settings.compaction_lease_s)
         renewal.start()
         try:
-            sections = self._writer.write(snapshot.job, snapshot.settings, snapshot.check)
+            sections = self._sections(snapshot)
         except Exception as error:  # a SummaryError, or a model or store failure
             emit(
                 "failed",

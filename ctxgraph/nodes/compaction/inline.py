@@ -15,6 +15,7 @@ from langchain_core.runnables import RunnableConfig
 
 from ctxgraph.nodes.compaction.commit import CompactionCommit
 from ctxgraph.nodes.compaction.errors import CompactionError
+from ctxgraph.nodes.compaction.fallback import degraded_sections
 from ctxgraph.nodes.compaction.planner import CompactionPlanner, Finished, Plan
 from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryWriter
 from ctxgraph.state.tokens import TokenCounter
@@ -141,8 +142,19 @@ class _Attempt:
             self._finished = finished
 
     def unsummarized(self, error: SummaryError) -> None:
-        """No model wrote a usable summary: give up with the reason."""
-        self._update = self._give_up(self._plan, f"no usable summary ({error})")
+        """No model wrote a usable summary: commit the model-free record, or give up."""
+        plan = self._plan
+        if plan.settings.summary_fallback == "off":
+            self._update = self._give_up(plan, f"no usable summary ({error})")
+            return
+        version = int(plan.mark.get("version", 0)) + 1
+        try:
+            sections = degraded_sections(plan.job, plan.settings, plan.check, version=version)
+        except SummaryError as fallback_error:
+            self._update = self._give_up(plan, f"no usable summary ({error}; {fallback_error})")
+            return
+        logger.warning("no usable summary (%s); committing a degraded model-free record", error)
+        self.summarized(sections)
 
     def record(self) -> ArchiveRecord | None:
         """The archive version to prepare now; None when there is none (or it is done)."""

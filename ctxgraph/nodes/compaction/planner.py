@@ -16,15 +16,18 @@ from langchain_core.messages import AnyMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.store.base import BaseStore
 
+from ctxgraph.nodes.compaction.fallback import DEGRADED
 from ctxgraph.nodes.compaction.ledger_bound import MAX_ARTIFACTS, bound_ledger
 from ctxgraph.nodes.compaction.ledger_derive import derive_ledger, merge_ledgers
 from ctxgraph.nodes.compaction.ledger_record import Ledger, empty_ledger
 from ctxgraph.nodes.compaction.partition import partition_history
+from ctxgraph.nodes.compaction.render import SECTIONS
 from ctxgraph.nodes.compaction.summarizer import Check, SummaryJob
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
 from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize, state_key
+from ctxgraph.state.calibration import TokenCalibration
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import is_real_user_message
@@ -56,11 +59,16 @@ class Plan:
     window: int | None
     ledger: Ledger
     memory_view: str
+    calibration: TokenCalibration | None = None
+    """The thread's ``token_calibration``: the compacted request is measured as billed."""
 
     def summary(self, sections: dict[str, str]) -> SummaryRecord:
         """The summary record for candidate sections: schema version, sections, ledger."""
-        record = cast(SummaryRecord, {"schema_version": SUMMARY_SCHEMA_VERSION, **sections})
+        fields = {key: sections[key] for key, _ in SECTIONS if key in sections}
+        record = cast(SummaryRecord, {"schema_version": SUMMARY_SCHEMA_VERSION, **fields})
         record["ledger"] = self.ledger
+        if sections.get(DEGRADED):
+            record["degraded"] = True
         return record
 
     def check(self, sections: dict[str, str]) -> list[str]:
@@ -137,6 +145,7 @@ class CompactionPlanner:
             window=self.window(settings),
             ledger=merged_ledger(previous, old, settings),
             memory_view=state.get("memory_view") or "",
+            calibration=state.get("token_calibration"),
         )
 
     def split(self, state: AgentState, settings: Settings) -> Split:
@@ -189,7 +198,11 @@ class CompactionPlanner:
         window: int | None,
     ) -> bool:
         """Whether ``kept`` plus a summary of the expected size leaves room under the triggers."""
-        after: AgentState = {"messages": kept, "memory_view": state.get("memory_view") or ""}
+        after: AgentState = {
+            "messages": kept,
+            "memory_view": state.get("memory_view") or "",
+            "token_calibration": state.get("token_calibration"),
+        }
         size = self._builder.measure(self._builder.build(after, settings))
         expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
         return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
@@ -238,12 +251,15 @@ class CompactionPlanner:
             "checksum": record["checksum"],
             "chain_hash": record["chain_hash"],
         }
+        if summary.get("degraded"):
+            mark["degraded"] = True
         after = self.measure(
             {
                 "messages": plan.kept,
                 "summary": summary,
                 "compaction": mark,
                 "memory_view": plan.memory_view,
+                "token_calibration": plan.calibration,
             },
             plan.settings,
         )

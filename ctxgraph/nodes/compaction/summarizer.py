@@ -55,17 +55,51 @@ Keep earlier content of the previous summary that still matters. Never call a to
 successful unless its result says so; a call without a result has an unknown outcome. \
 Stay under {max_tokens} tokens."""
 
+REPAIR_PROMPT = """Your answer lacked the section(s) {missing}. Rewrite the whole handoff \
+record now with exactly these four headings, each on a line of its own: SESSION INTENT, \
+SUMMARY, ARTIFACTS, NEXT STEPS. Nothing else; stay under {max_tokens} tokens."""
+"""The one repair request sent to a model whose answer lacked sections."""
+
+REPAIR_QUOTE_CHARS = 4000
+"""How much of the unusable answer the repair request quotes back to the model."""
+
 PROMPT_PLACEHOLDERS = frozenset({"previous_summary", "folded", "current_request", "max_tokens"})
 """The placeholders a summary prompt template may use (``{folded}`` it must)."""
 
 SUMMARY_TAGS = [TAG_NOSTREAM, "ctxgraph:summary"]
 """Tags of summary calls: LangGraph does not stream ``nostream`` calls to the user."""
 
+_TITLES = {
+    "SESSION INTENT": "session_intent",
+    "SESSION_INTENT": "session_intent",
+    "会话意图": "session_intent",
+    "SUMMARY": "summary",
+    "摘要": "summary",
+    "ARTIFACTS": "artifacts",
+    "产出物": "artifacts",
+    "工件": "artifacts",
+    "NEXT STEPS": "next_steps",
+    "NEXT_STEPS": "next_steps",
+    "下一步": "next_steps",
+}
+"""Every heading the lenient parser accepts (any case), and the field it names."""
+
 _HEADING = re.compile(
-    r"^\s*(?:#+\s*)?\**\s*(SESSION INTENT|SUMMARY|ARTIFACTS|NEXT STEPS)\s*\**\s*:?\s*",
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\(?\d{1,2}[.):][ \t]*)?(?:\*\*|__|\*)?[ \t]*"
+    r"(?:\(?\d{1,2}[.):][ \t]*)?"
+    r"(SESSION[ _]INTENT|SUMMARY|ARTIFACTS|NEXT[ _]STEPS|会话意图|摘要|产出物|工件|下一步)"
+    r"[ \t]*(?:\*\*|__|\*)?[ \t]*(?:[:：](?:[ \t]*(?:\*\*|__|\*)(?=[ \t]|$))?|(?=[ \t]*$))[ \t]*",
     re.MULTILINE | re.IGNORECASE,
 )
-_TITLE_TO_KEY = {title: key for key, title in SECTIONS}
+_CHATTER = re.compile(
+    r"^[ \t]*(?:-{3,}|\*{3,}|_{3,}|```|(?:let me know|i hope|hope this|feel free|"
+    r"if you (?:need|want|have)|is there anything|happy to help)\b).*",
+    re.MULTILINE | re.IGNORECASE | re.DOTALL,
+)
+_JSON_KEYS = {
+    **{title.lower().replace(" ", "_"): key for title, key in _TITLES.items()},
+    "intent": "session_intent",
+}
 TRANSCRIPT_LABEL_TOKENS = 16
 """Upper bound on what a transcript line adds to a message (role, call id, status)."""
 
@@ -80,6 +114,10 @@ class SummaryError(RuntimeError):
     """No model produced a usable summary; the message lists each attempt's failure."""
 
 
+class MissingSectionsError(SummaryError):
+    """A model answered, but its answer lacks sections: worth one repair request."""
+
+
 @dataclass(frozen=True)
 class SummaryJob:
     """One summary call's input: what to fold on top of which previous record."""
@@ -92,19 +130,61 @@ class SummaryJob:
 def parse_sections(text: str) -> dict[str, str]:
     """Split a model answer into the four sections; raises ``SummaryError`` if any is missing.
 
-    NUL characters and lone surrogates become U+FFFD, so the record is storable.
+    Lenient: headings may be markdown (``## Summary``), bold (``**Next steps:**``),
+    numbered (``1. Session intent``), of any case or Chinese (会话意图, 摘要, 产出物 or
+    工件, 下一步); a JSON object with the four keys is read too. Chatter before the
+    first heading, and a closing remark after the last section, are dropped. NUL
+    characters and lone surrogates become U+FFFD, so the record is storable.
     """
     text = safe_text(text)
+    found = _json_sections(text) or _heading_sections(text)
+    missing = [title for key, title in SECTIONS if not found.get(key)]
+    if missing:
+        raise MissingSectionsError(f"the summary lacks section(s) {missing}")
+    return {key: found[key] for key, _ in SECTIONS}
+
+
+def _heading_sections(text: str) -> dict[str, str]:
     found: dict[str, str] = {}
     matches = list(_HEADING.finditer(text))
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        key = _TITLE_TO_KEY[match.group(1).upper()]
-        found.setdefault(key, text[match.end() : end].strip())
-    missing = [title for key, title in SECTIONS if not found.get(key)]
-    if missing:
-        raise SummaryError(f"the summary lacks section(s) {missing}")
+        body = text[match.end() : end]
+        if index + 1 == len(matches):
+            body = _CHATTER.sub("", body)
+        key = _TITLES[re.sub(r"[ _]+", " ", match.group(1)).upper()]
+        if not found.get(key):
+            found[key] = body.strip()
     return found
+
+
+def _json_sections(text: str) -> dict[str, str]:
+    """The sections of a JSON object in ``text`` (fenced or not); empty when there is none."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return {}
+    try:
+        value = json.loads(text[start : end + 1])
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    found: dict[str, str] = {}
+    for name, item in value.items():
+        key = _JSON_KEYS.get(re.sub(r"[\s-]+", "_", str(name).strip()).lower())
+        if key is None:
+            key = _TITLES.get(str(name).strip())
+        if key is not None and not found.get(key):
+            found[key] = _json_text(item).strip()
+    return found
+
+
+def _json_text(item: object) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, list):
+        return "\n".join(f"- {_json_text(entry)}" for entry in item)
+    return json.dumps(item, ensure_ascii=False, sort_keys=True)
 
 
 def transcript(messages: Sequence[BaseMessage], *, max_chars: int) -> str:
@@ -300,6 +380,7 @@ class _Writing:
         self._tried = 0
         self._failures: list[str] = []
         self._done = False
+        self._repair: list[BaseMessage] | None = None
 
     def next_call(self) -> tuple[BaseChatModel, list[BaseMessage]] | None:
         """The model to call and its prompt; None once the summary is written.
@@ -315,15 +396,24 @@ class _Writing:
             self._tried, self._failures = 0, []
         if self._tried >= len(self._models):
             raise SummaryError("; ".join(self._failures))
-        return self._models[self._tried], self._prompt
+        return self._models[self._tried], self._repair or self._prompt
 
     def answered(self, reply: BaseMessage) -> None:
         """Take the current model's reply: the chunk is done, or that model failed."""
         try:
             sections = _accept(reply, self._check)
+        except MissingSectionsError as error:
+            if self._repair is None and self._prompt is not None:
+                # One repair request to the same model, quoting what was missing.
+                self._failures.append(_failure(self._models[self._tried], error))
+                self._repair = self._repair_prompt(self._prompt, reply, error)
+                return
+            self.failed(error)
+            return
         except Exception as error:  # an unusable answer means: try the next model
             self.failed(error)
             return
+        self._repair = None
         self._previous = sections
         _recovered(self._failures)
         self._prompt = None
@@ -333,6 +423,18 @@ class _Writing:
         """Note the current model's failure; the next call goes to the next model."""
         self._failures.append(_failure(self._models[self._tried], error))
         self._tried += 1
+        self._repair = None
+
+    def _repair_prompt(
+        self, prompt: list[BaseMessage], reply: BaseMessage, error: SummaryError
+    ) -> list[BaseMessage]:
+        """The prompt, the unusable answer (cut), and the request to rewrite it."""
+        quoted = answer_text(reply)[:REPAIR_QUOTE_CHARS] or "(empty)"
+        missing = str(error).partition("section(s) ")[2] or "all four"
+        request = REPAIR_PROMPT.format(
+            missing=missing, max_tokens=self._settings.summary_max_tokens
+        )
+        return [*prompt, AIMessage(content=quoted), HumanMessage(content=request)]
 
     def sections(self) -> dict[str, str]:
         """The written summary's four sections."""
