@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -12,13 +11,11 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from ctxgraph.nodes.compaction.audit import MAX_THREADS, ArchiveAudit
+from ctxgraph.nodes.compaction.audit import ArchiveAudit
 from ctxgraph.store.persistence.archive import (
-    TAMPERED,
     ArchiveRecord,
     ThreadArchive,
     committed_version,
-    tampered_versions,
 )
 
 logger = logging.getLogger("ctxgraph.compaction")
@@ -120,105 +117,6 @@ def moved(
     )
 
 
-MISSING = "is missing from the archive"
-"""In the warning about a committed version the Store no longer holds."""
-
-
-class ArchiveCheck(ArchiveAudit):
-    """The archive check at the start of every compaction: cheap, and warns once per finding.
-
-    The first compaction of a thread in this graph object checks every committed version
-    (one Store listing, as :class:`ArchiveAudit` does) and also names the versions missing
-    from 1 up to the mark. Every later compaction reads one record, the version the mark
-    names, and checks it against its own hashes and the mark (``checksum``, ``cursor``,
-    ``chain_hash``); the full chain is left to ``ctxgraph threads verify``. Findings are
-    warnings on ``ctxgraph.compaction`` (the command line prints them as ``warning: ...``);
-    the same finding is not repeated for a thread.
-    """
-
-    def __init__(self, max_threads: int = MAX_THREADS) -> None:
-        super().__init__(max_threads)
-        self._warned: OrderedDict[str, set[tuple[int, str]]] = OrderedDict()
-        self._max_warned = max_threads
-
-    def check(self, archive: ThreadArchive, mark: Mapping[str, Any] | None) -> None:
-        """Check the thread's archive against ``mark`` (the state the compaction starts from)."""
-        upto = committed_version(mark)
-        if not upto:
-            return
-        if self._pending(archive.thread_id, mark) is not None:
-            versioned = archive.versioned(upto=upto)
-            self._missing(archive.thread_id, [v for v, _ in versioned], upto)
-            self._report(archive.thread_id, versioned, mark, upto)
-            return
-        self._latest(archive.thread_id, upto, archive.get(upto), mark)
-
-    async def acheck(self, archive: ThreadArchive, mark: Mapping[str, Any] | None) -> None:
-        """Async :meth:`check`."""
-        upto = committed_version(mark)
-        if not upto:
-            return
-        if self._pending(archive.thread_id, mark) is not None:
-            versioned = await archive.aversioned(upto=upto)
-            self._missing(archive.thread_id, [v for v, _ in versioned], upto)
-            self._report(archive.thread_id, versioned, mark, upto)
-            return
-        self._latest(archive.thread_id, upto, await archive.aget(upto), mark)
-
-    def _missing(self, thread_id: str, present: Sequence[int], upto: int) -> None:
-        found = set(present)
-        for version in range(1, upto + 1):
-            if version not in found:
-                self._warn_missing(thread_id, version, upto)
-
-    def _latest(
-        self,
-        thread_id: str,
-        version: int,
-        record: ArchiveRecord | None,
-        mark: Mapping[str, Any] | None,
-    ) -> None:
-        if record is None:
-            self._warn_missing(thread_id, version, version)
-            return
-        reason = tampered_versions([(version, record)], mark).get(version)
-        if reason is not None and self._first(thread_id, version, reason):
-            logger.warning(
-                "archive version %d of thread %s: %s (%s); `ctxgraph threads verify %s` "
-                "checks the whole chain",
-                version,
-                thread_id,
-                TAMPERED,
-                reason,
-                thread_id,
-            )
-
-    def _warn_missing(self, thread_id: str, version: int, upto: int) -> None:
-        if not self._first(thread_id, version, MISSING):
-            return
-        logger.warning(
-            "archive version %d of thread %s %s: the thread state's mark is at v%d, so the "
-            "messages it folded cannot be read back (deleted from the Store?); "
-            "`ctxgraph threads verify %s` checks the whole chain",
-            version,
-            thread_id,
-            MISSING,
-            upto,
-            thread_id,
-        )
-
-    def _first(self, thread_id: str, version: int, reason: str) -> bool:
-        """Whether ``reason`` about ``version`` is new for the thread (and remember it)."""
-        seen = self._warned.setdefault(thread_id, set())
-        self._warned.move_to_end(thread_id)
-        while len(self._warned) > self._max_warned:
-            self._warned.popitem(last=False)
-        if (version, reason) in seen:
-            return False
-        seen.add((version, reason))
-        return True
-
-
 class CompactionCommit:
     """Writes a compaction's prepared archive version, unless the thread moved on.
 
@@ -231,7 +129,7 @@ class CompactionCommit:
 
     def __init__(self, head: ThreadHead | None = None) -> None:
         self._head = head
-        self.audit: ArchiveAudit = ArchiveCheck()
+        self.audit = ArchiveAudit()
 
     def prepare(
         self,
