@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -189,6 +189,11 @@ def evict_flow(
             continue
         victims.append(stored)
         total -= stored.artifact.size_bytes
+    return (yield from _delete(namespace, victims))
+
+
+def _delete(namespace: tuple[str, ...], victims: Sequence[StoredArtifact]) -> Flow[list[str]]:
+    """Delete ``victims`` with their chunks in one batch; returns their refs."""
     ops: list[Op] = []
     for stored in victims:
         ref = stored.artifact.ref
@@ -214,14 +219,7 @@ def remove_flow(
         for stored in metas
         if stored.artifact.ref in refs and _created(stored.artifact.created_at) < cutoff
     ]
-    ops: list[Op] = []
-    for stored in victims:
-        ref = stored.artifact.ref
-        ops.append(PutOp(namespace, ref, None))
-        ops.extend(PutOp(namespace, chunk_key(ref, i), None) for i in range(len(stored.table)))
-    if ops:
-        yield ops
-    return [stored.artifact.ref for stored in victims]
+    return (yield from _delete(namespace, victims))
 
 
 def _created(created_at: str) -> datetime:
