@@ -18,6 +18,7 @@ from ctxgraph.state.compaction_state import (
 )
 from ctxgraph.state.delegations import DelegationRecord, merge_delegations
 from ctxgraph.state.skill_context import SkillContextEntry, merge_skill_context
+from ctxgraph.state.usage import UsageTotals, add_usage
 
 
 def add_refusals(
@@ -87,4 +88,10 @@ class AgentState(TypedDict):
     (``ctxgraph.state.calibration``): every request size the triggers, budgets and the
     window check compare is the local count times this factor. Absent with a caller's
     ``token_counter``, or before the main model's first answer that reports usage.
+    """
+    model_usage: NotRequired[Annotated[UsageTotals, add_usage]]
+    """Tokens the thread's model calls cost, totalled per role (``ctxgraph.state.usage``):
+    the main model's answers and every summary, memory and background call ctxgraph makes
+    on its own. Each update adds to the totals; ``ctxgraph threads show T --usage`` prints
+    them.
     """
