@@ -1,0 +1,169 @@
+"""Smoke test of bench/cost_bench.py: real figures on a small session, peers optional."""
+
+from __future__ import annotations
+
+import json
+from importlib.util import find_spec
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from bench import cost_bench, cost_systems
+from bench.cost_bench import (
+    BenchConfig,
+    BillCounter,
+    breakdown,
+    message_part,
+    report,
+    request_total,
+    run_scenario,
+    shared_prefix,
+    to_json,
+)
+from bench.cost_session import SESSION_KINDS, order_session
+from bench.cost_systems import CTX_MEMORY, CTX_NO_EXTRACTION, DEEPAGENTS, PEER, PEER_LANGMEM
+from ctxgraph.state.tokens import count_text, message_text
+
+TURNS = 40
+SMALL = cost_systems.Triggers(tokens=4000, messages=20, keep=8)
+MEASURED = (CTX_MEMORY, CTX_NO_EXTRACTION, PEER)
+
+
+def test_counts_a_request_like_a_bill() -> None:
+    counter = BillCounter()
+    messages = [SystemMessage("rules"), HumanMessage("hello there")]
+    tools = [{"type": "function", "function": {"name": "lookup_order", "parameters": {}}}]
+    expected = (
+        count_text(json.dumps(tools, ensure_ascii=False, sort_keys=True))
+        + sum(count_text(message_text(m)) + 3 for m in messages)
+        + 3
+    )
+    assert request_total(counter.segments(messages, tools)) == expected
+
+
+def test_prefix_stops_at_the_first_difference() -> None:
+    counter = BillCounter()
+    rules = SystemMessage("rules " * 50)
+    first = counter.segments([rules, HumanMessage("one"), AIMessage("two")], [])
+    same_start = counter.segments([rules, HumanMessage("one"), AIMessage("three")], [])
+    changed_rules = counter.segments([SystemMessage("other"), HumanMessage("one")], [])
+    head = sum(s.tokens + s.framing for s in first[:2])
+    shared = shared_prefix(first, same_start)
+    # The two requests share the rules, "one" and the start of the AI message ("ai\n").
+    assert head < shared < request_total(same_start)
+    assert shared_prefix(first, changed_rules) < first[0].tokens
+    appended = counter.segments(
+        [rules, HumanMessage("one"), AIMessage("two"), HumanMessage("x")], []
+    )
+    assert shared_prefix(first, appended) == request_total(first) - 3
+
+
+def test_parts_are_found_by_marker_not_by_position() -> None:
+    memory = HumanMessage("facts", id="ctxgraph-memory-abc", additional_kwargs={"origin": "memory"})
+    summary = HumanMessage("record", id="ctxgraph-summary-v3")
+    skills = HumanMessage("skills", additional_kwargs={"origin": "skills"})
+    unknown = HumanMessage("data", additional_kwargs={"origin": "delegations"})
+    peer_summary = HumanMessage("s", additional_kwargs={"lc_source": "summarization"})
+    tool = ToolMessage("result", tool_call_id="c1")
+    assert message_part(memory) == "memory view"
+    assert message_part(summary) == "summary record"
+    # The active-skill record is data of its own; the listing rides in the system message.
+    assert message_part(skills) == "other"
+    assert message_part(unknown) == "other"
+    assert message_part(peer_summary) == "summary record"
+    assert message_part(tool) == "window"
+    # Any order: a summary before the system prompt, a listing inside the system message.
+    system = SystemMessage("RULES\n\nLISTING of skills", id="ctxgraph-system-prompt-1234")
+    request = [summary, system, memory, HumanMessage("hi")]
+    counter = BillCounter()
+    parts = breakdown(request, [], "RULES", counter)
+    assert parts["skill listing"] > 0
+    assert parts["system prompt"] == count_text(message_text(SystemMessage("RULES"))) + 3
+    assert sum(parts.values()) == request_total(counter.segments(request, []))
+
+
+@pytest.fixture(scope="module")
+def scenario() -> cost_bench.Scenario:
+    config = BenchConfig(
+        turns=TURNS, systems=MEASURED, sessions=("orders",), facts=(60,), triggers=SMALL
+    )
+    return run_scenario(config, "orders", 60)
+
+
+def test_ctxgraph_and_plain_peer_report_real_figures(scenario: cost_bench.Scenario) -> None:
+    results = {name: scenario.outcomes[name] for name in MEASURED}
+    for name, result in results.items():
+        assert isinstance(result, cost_bench.SystemResult), name
+        streams = result.streams
+        # Every turn: the tool call, then the answer; nothing else goes to the main model.
+        assert streams["main"].calls == 2 * TURNS, name
+        assert streams["summary"].calls >= 1, name
+        assert result.per_turn() > 0
+        assert result.per_turn() == pytest.approx(
+            sum(result.per_turn(role) for role in cost_bench.ROLES)
+        )
+        assert 0.0 <= result.prefix_share <= 1.0
+        assert result.schema_per_main_call > 0
+        assert result.largest >= result.main_median > 0
+        assert sum(result.breakdown.values()) == result.breakdown_total > 0, name
+        assert result.breakdown["window"] > 0
+        assert result.overheads and all(value >= 0 for value in result.overheads)
+    memory_on = results[CTX_MEMORY]
+    assert isinstance(memory_on, cost_bench.SystemResult)
+    assert memory_on.streams["memory"].calls >= 1
+    assert memory_on.per_turn("memory") > 0
+    # The 60 stored facts reach ctxgraph's requests as the memory view.
+    assert memory_on.breakdown["memory view"] > 0
+    no_extraction = results[CTX_NO_EXTRACTION]
+    assert isinstance(no_extraction, cost_bench.SystemResult)
+    assert no_extraction.streams["memory"].calls == 0
+    assert no_extraction.breakdown["memory view"] > 0
+    peer = results[PEER]
+    assert isinstance(peer, cost_bench.SystemResult)
+    assert peer.streams["memory"].calls == 0
+    assert peer.breakdown["memory view"] == 0
+    # Every summary call is counted with its input: the tokens are billed.
+    for result in (memory_on, no_extraction, peer):
+        assert result.per_turn("summary") > 0
+
+
+def test_the_report_and_json_carry_every_row(scenario: cost_bench.Scenario) -> None:
+    config = BenchConfig(turns=TURNS, systems=MEASURED, sessions=("orders",), triggers=SMALL)
+    text = report([scenario], config)
+    for name in MEASURED:
+        assert cost_systems.SYSTEMS[name] in text
+    assert "billed input/turn ctxgraph-no-extraction / peer" in text
+    assert "cached-prefix share ctxgraph-memory" in text
+    assert "First main request of turn 20" in text
+    data = to_json([scenario], config)
+    figures = data["scenarios"][0]["systems"][CTX_MEMORY]
+    assert figures["calls"]["main"] == 2 * TURNS
+    assert figures["billed_per_turn"] > 0
+
+
+def test_missing_peers_are_reported_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = find_spec
+
+    def hide(name: str, *args: object) -> object:
+        return None if name in ("langmem", "deepagents") else real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cost_systems, "find_spec", hide)
+    config = BenchConfig(turns=3, systems=(CTX_NO_EXTRACTION, PEER_LANGMEM, DEEPAGENTS), facts=(0,))
+    scenario = run_scenario(config, "orders", 0)
+    assert isinstance(scenario.outcomes[CTX_NO_EXTRACTION], cost_bench.SystemResult)
+    for name in (PEER_LANGMEM, DEEPAGENTS):
+        assert isinstance(scenario.outcomes[name], cost_systems.NotInstalledError)
+    text = report([scenario], config)
+    assert "not installed (`pip install -c constraints.txt -e '.[bench]'`)" in text
+    assert "bench/requirements-peers.txt" in text
+    assert "ctxgraph-memory vs peer-langmem: not measured" in text
+
+
+def test_sessions_are_deterministic_and_one_tool_per_turn() -> None:
+    first = order_session(5, SESSION_KINDS["constraints"])
+    again = order_session(5, SESSION_KINDS["constraints"])
+    assert first == again
+    assert all(turn.plan is not None and turn.plan.name == "lookup_order" for turn in first.turns)
+    assert all("不要改收货地址" in turn.text for turn in first.turns)
+    large = order_session(5, SESSION_KINDS["large-results"])
+    assert min(count_text(text) for text in large.results.values()) >= 2900
