@@ -5,7 +5,11 @@ memory, greetings and acknowledgements) is cut into turns; each turn's raw trans
 compared with ``render_rows(filter_for_memory(turn))``. Turns left with no user content
 skip the memory model entirely and count as zero filtered tokens.
 
-Run ``python -m bench.memory_bench [--turns 50] [--seed 7]``.
+Run ``python -m bench.memory_bench [--turns 50] [--seed 7] [--extraction]``. With
+``--extraction`` it also gates every turn (``memory.gate``), checks that no turn stating
+an expected fact is gated, counts the memory model's input tokens per call the old way
+(every stored fact, the full schema) and now (related facts, compact schema), and gates
+the user lines of MADial-Bench zh when its data is present (read in place).
 """
 
 from __future__ import annotations
@@ -14,17 +18,25 @@ import argparse
 import json
 import math
 import random
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.store.memory import InMemoryStore
 
+from ctxgraph.nodes.memory.extract import MEMORY_UPDATE_TOOL, extraction_prompt, relevant_facts
 from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows, render_rows
-from ctxgraph.state.messages import ORIGIN_KEY
-from ctxgraph.state.tokens import count_text, message_text
+from ctxgraph.nodes.memory.gate import gate_reason
+from ctxgraph.state.context import Context
+from ctxgraph.state.messages import ORIGIN_KEY, content_text, is_real_user_message
+from ctxgraph.state.tokens import TokenCounter, count_text, message_text
+from ctxgraph.store.memory.repository import MemoryRepository, MemoryUpdate
 
 TARGET_RATIO = 0.30
 """The filtered transcript must be at most this share of the raw one (totals)."""
@@ -232,18 +244,201 @@ def report(results: Sequence[TurnResult], seed: int, seconds: float) -> tuple[st
     return "\n".join(lines), passed
 
 
+# --- extraction cost: the gate, the related facts and the compact schema ----------------
+
+STORED_FACTS = 60
+ASK_SAMPLES = 200
+"""Facts already stored before the session in the extraction-cost run (as a long-used memory)."""
+
+MADIAL_DIALOGUES = (
+    Path(__file__).resolve().parents[2] / "shared/data/madial_zh/MADial-Bench-zh-dialogue.json"
+)
+"""MADial-Bench's Chinese dialogues, read in place (one JSON object a line) when present."""
+
+_FACT_PATTERNS = tuple(
+    re.compile(re.sub(r"\\\{\w+\\\}", ".+?", re.escape(template))) for template in _FACTS
+)
+"""Each fact template as a pattern over a filled user message (its expected fact)."""
+
+_SPEAKER_LINE = re.compile(r'^<(?P<who>[^>]+)>:"?(?P<text>.*?)"?\s*$', re.DOTALL)
+
+
+def expected_fact(turn: Sequence[BaseMessage]) -> int | None:
+    """The index in ``_FACTS`` of the fact this turn's user states, or None."""
+    for message in turn:
+        if is_real_user_message(message):
+            text = content_text(message)
+            for index, pattern in enumerate(_FACT_PATTERNS):
+                if pattern.search(text):
+                    return index
+    return None
+
+
+@dataclass(frozen=True)
+class ExtractionCost:
+    """The gate's effect and the memory model's input tokens over a session."""
+
+    turns: int
+    with_user_text: int
+    gated: int
+    facts: int
+    facts_gated: int
+    before: list[int]
+    """Input tokens per call the old way: every stored fact and the full schema."""
+    after: list[int]
+    """Input tokens per call now: the related facts (capped) and the compact schema."""
+    schema_before: int
+    schema_after: int
+    asks: int
+    """Request-only user messages (the session's asks, without a fact) gated."""
+    asks_gated: int
+
+
+def _seed_facts(repository: MemoryRepository, context: Context, seed: int) -> None:
+    rng = random.Random(seed + 1)
+    for index in range(STORED_FACTS):
+        topic = rng.choice(_TOPICS)
+        repository.add_fact(
+            context,
+            f"Handles {topic} with the {rng.choice(_TEAMS)} team: " + " ".join(_words(rng, 6)),
+            key=f"stored_{index:03d}",
+            confidence=0.7 + rng.random() * 0.3,
+        )
+
+
+def measure_extraction(turns: Sequence[Sequence[BaseMessage]], seed: int) -> ExtractionCost:
+    """Gate every turn and count what each memory model call would be sent, old and new.
+
+    A store starts with ``STORED_FACTS`` facts; each fact a turn states is then stored
+    under its template's key (a later value replaces it), as an extraction would.
+    """
+    counter = TokenCounter()
+    full_schema = convert_to_openai_tool(MemoryUpdate)
+    schema_before = counter.count_tools([full_schema])
+    schema_after = counter.count_tools([MEMORY_UPDATE_TOOL])
+    repository = MemoryRepository(InMemoryStore())
+    context = Context(user_id="bench-user")
+    _seed_facts(repository, context, seed)
+    with_user = gated = facts = facts_gated = 0
+    before: list[int] = []
+    after: list[int] = []
+    for turn in turns:
+        rows = filter_for_memory(turn)
+        fact = expected_fact(turn)
+        facts += fact is not None
+        if not has_user_rows(rows):
+            continue
+        with_user += 1
+        stored = repository.list_facts(context)
+        before.append(counter.count_messages(extraction_prompt(rows, {}, stored)) + schema_before)
+        if gate_reason(rows) is not None:
+            gated += 1
+            facts_gated += fact is not None
+        else:
+            related = relevant_facts(repository, context, rows)
+            after.append(
+                counter.count_messages(extraction_prompt(rows, {}, related)) + schema_after
+            )
+        if fact is not None:
+            user = next(row["content"] for row in rows if row["role"] == "user")
+            repository.add_fact(context, user[:400], key=f"template_{fact}", confidence=0.9)
+    rng = random.Random(seed + 2)
+    asks = [_fill(rng, rng.choice(_ASKS)) for _ in range(ASK_SAMPLES)]
+    asks_gated = sum(
+        gate_reason([{"id": "a", "role": "user", "content": a}]) is not None for a in asks
+    )
+    return ExtractionCost(
+        turns=len(turns),
+        with_user_text=with_user,
+        gated=gated,
+        facts=facts,
+        facts_gated=facts_gated,
+        before=before,
+        after=after,
+        schema_before=schema_before,
+        schema_after=schema_after,
+        asks=len(asks),
+        asks_gated=asks_gated,
+    )
+
+
+def madial_user_lines(path: Path = MADIAL_DIALOGUES) -> list[str]:
+    """The user's lines of every MADial-Bench zh dialogue (empty when the file is absent)."""
+    if not path.is_file():
+        return []
+    lines: list[str] = []
+    with path.open(encoding="utf-8") as handle:
+        for raw in handle:
+            if not raw.strip():
+                continue
+            for line in json.loads(raw).get("dialogue", []):
+                match = _SPEAKER_LINE.match(line.strip())
+                if match and match.group("who") != "Assistant":
+                    lines.append(match.group("text"))
+    return lines
+
+
+def extraction_report(cost: ExtractionCost, madial: Sequence[str]) -> tuple[str, bool]:
+    """The extraction-cost section of the report; passes when no expected fact was gated."""
+    calls_before, calls_after = len(cost.before), len(cost.after)
+    mean_before = statistics.mean(cost.before) if cost.before else 0.0
+    mean_after = statistics.mean(cost.after) if cost.after else 0.0
+    share = cost.gated / cost.with_user_text if cost.with_user_text else 0.0
+    lines = [
+        "",
+        f"## Extraction cost ({cost.turns} turns, {STORED_FACTS} facts stored before)",
+        "",
+        "| Metric | Before | Now |",
+        "|---|---:|---:|",
+        f"| MemoryUpdate schema tokens | {cost.schema_before:,} | {cost.schema_after:,} |",
+        f"| Memory model calls | {calls_before} | {calls_after} |",
+        f"| Input tokens per call, mean | {mean_before:,.0f} | {mean_after:,.0f} |",
+        f"| Input tokens, total | {sum(cost.before):,} | {sum(cost.after):,} |",
+        f"| Turns with user text gated | - | {cost.gated} of {cost.with_user_text} ({share:.1%}) |",
+        f"| Expected facts whose turn was gated | - | {cost.facts_gated} of {cost.facts} |",
+        f"| Request-only messages gated | - | {cost.asks_gated} of {cost.asks} |",
+    ]
+    if madial:
+        passed_lines = sum(
+            gate_reason([{"id": "u", "role": "user", "content": t}]) is None for t in madial
+        )
+        held = len(madial) - passed_lines
+        lines.append(
+            f"| MADial-Bench zh user lines gated | - | {held} of {len(madial)} "
+            f"({held / len(madial):.1%}) |"
+        )
+    ok = cost.facts_gated == 0
+    lines.append("")
+    lines.append(
+        f"{'PASS' if ok else 'FAIL'} no expected fact gated: {cost.facts_gated} of {cost.facts}"
+    )
+    return "\n".join(lines), ok
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print its report; exit code 1 when the target is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--extraction",
+        action="store_true",
+        help="also measure the extraction gate, the related facts and the compact schema",
+    )
     args = parser.parse_args(argv)
     if args.turns < 1:
         parser.error("--turns must be at least 1")
     started = time.perf_counter()
-    results = [measure(turn) for turn in generate_turns(args.turns, args.seed)]
+    turns = generate_turns(args.turns, args.seed)
+    results = [measure(turn) for turn in turns]
     text, passed = report(results, args.seed, time.perf_counter() - started)
     print(text)
+    if args.extraction:
+        section, gate_ok = extraction_report(
+            measure_extraction(turns, args.seed), madial_user_lines()
+        )
+        print(section)
+        passed = passed and gate_ok
     return 0 if passed else 1
 
 

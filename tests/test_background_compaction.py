@@ -31,7 +31,7 @@ from tests.support.scripted import is_summary_request, prompt_text
 
 CTX = Context(user_id="u1")
 FILLER = (
-    "The warehouse scanned the parcel at the dock and the carrier confirmed the pickup window. " * 3
+    "The warehouse scanned the parcel at the dock and the carrier confirmed the pickup window. " * 6
 ).strip()
 BACKGROUND = SETTINGS
 

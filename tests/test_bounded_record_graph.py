@@ -200,8 +200,11 @@ def test_each_refused_compaction_makes_the_next_attempt_keep_fewer_messages(
     config: Any = {"configurable": {"thread_id": "retry"}}
     caplog.set_level(logging.WARNING, logger="ctxgraph.compaction")
     reasons: list[dict[str, Any]] = []
+    # Each question long enough that folding them saves more than the read_history schema
+    # the first compaction binds.
+    ask = " Where is the parcel now, and when does it leave the dock?" * 3
     for n in range(1, 10):
-        graph.invoke({"messages": [HumanMessage(f"Question {n}.")]}, config, context=CTX)
+        graph.invoke({"messages": [HumanMessage(f"Question {n}.{ask}")]}, config, context=CTX)
         retry = graph.get_state(config).values.get("compaction_retry")
         if retry:
             reasons.append(retry)
@@ -219,7 +222,7 @@ def test_each_refused_compaction_makes_the_next_attempt_keep_fewer_messages(
 
     # Once the summary works again, the compaction commits and the count is cleared.
     healthy = True
-    graph.invoke({"messages": [HumanMessage("Question 10.")]}, config, context=CTX)
+    graph.invoke({"messages": [HumanMessage(f"Question 10.{ask}")]}, config, context=CTX)
     state = graph.get_state(config).values
     assert state["compaction"]["version"] == 1
     assert state.get("compaction_retry") is None

@@ -70,7 +70,9 @@ def test_demo_runs_offline_on_embedded_postgres(python: str, ctxgraph_home: Path
     ledger = out[out.index("current summary (v1):") : out.index("== integrity")]
     assert "threads show <thread> --summary" in ledger
     assert "ledger (recorded by code" in ledger
-    assert re.search(r"- \[succeeded\] calculator\(expression=17 \* 23\) id=call_", ledger)
+    assert "- [succeeded] calculator ×2 (read-only), turns 2–3, latest: expression=180 * 7\n" in (
+        ledger
+    )
     assert "USER CONSTRAINTS (verbatim):\n- Keep the hotel under 180 euros a night.\n" in ledger
     assert "- Never book anything that cannot be cancelled." in ledger
     assert "`ctxgraph threads show demo-test --summary` prints this summary and ledger" in out

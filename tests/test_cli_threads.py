@@ -9,7 +9,16 @@ from ctxgraph.store.persistence.archive import ThreadArchive, version_key
 from ctxgraph.store.persistence.connection import open_persistence
 from tests.support.cli import run_ctxgraph
 
-TURNS = [f"Note {n}: order A-{1000 + n} ships on 2026-09-{n + 10:02d}." for n in range(14)]
+FILLER = (
+    "The warehouse packed the crates at the north dock, the carrier confirmed the pickup "
+    "window for the morning, and the customs broker asked for the signed invoice before "
+    "the container leaves the yard; keep the pallet count, the seal number and the "
+    "delivery address exactly as written in the booking, and call the driver when the "
+    "truck is loaded."
+)
+"""About seventy words, so each compaction saves more than its summary and the newly
+bound ``read_history`` schema add, and commits with the ledger's full bounds."""
+TURNS = [f"Note {n}: order A-{1000 + n} ships on 2026-09-{n + 10:02d}. {FILLER}" for n in range(14)]
 
 
 def compacted_thread(python: str, env: dict[str, str], thread: str) -> dict[str, str]:

@@ -76,7 +76,7 @@ SECTION_HEADINGS = ("SESSION INTENT", "SUMMARY", "ARTIFACTS", "NEXT STEPS")
 @tool
 def lookup_order(order_id: str) -> str:
     """Look up an order's shipping status."""
-    return f"order {order_id}: shipped from the Leeds depot. {FILLER}"
+    return f"order {order_id}: shipped from the Leeds depot. {FILLER} {FILLER}"
 
 
 @tool
@@ -135,7 +135,8 @@ def transcript_of(n: int) -> str:
         [
             f"human: Where is order {order}?",
             f'assistant called lookup_order({{"order_id": "{order}"}}) [c{n}]',
-            f"tool result [c{n}] (success): order {order}: shipped from the Leeds depot. {FILLER}",
+            f"tool result [c{n}] (success): order {order}: shipped from the Leeds depot. "
+            f"{FILLER} {FILLER}",
             f"assistant: {answer_text(n)}",
         ]
     )
@@ -150,6 +151,7 @@ def lookup_entry(n: int) -> dict[str, Any]:
         "error": None,
         "idempotency_key": None,
         "side_effect": False,
+        "turn": n,
     }
 
 
@@ -346,9 +348,9 @@ def test_message_trigger_folds_whole_exchanges_and_injects_the_summary() -> None
         assert heading in lines
     assert "Orders A-1001 and B-2002 were looked up; both shipped from Leeds." in lines
     assert "TOOL CALLS (recorded by code, authoritative):" in lines
-    assert "- [succeeded] lookup_order(order_id=A-1001) id=c1" in lines
-    assert "- [succeeded] lookup_order(order_id=B-2002) id=c2" in lines
-    assert "IDENTIFIERS: A-1001, B-2002" in lines
+    # Read-only successes of one tool share a line; B-2002 is on it, so it is not repeated.
+    assert "- [succeeded] lookup_order ×2 (read-only), turns 1–2, latest: order_id=B-2002" in lines
+    assert "IDENTIFIERS: A-1001" in lines
     assert describe(request[2:]) == kept
     assert len(request) == 6
     assert session.results[-1]["messages"][-1].content == answer_text(3)
@@ -741,7 +743,7 @@ def ledger_question(n: int) -> HumanMessage:
 def test_ledger_survives_twenty_compactions_end_to_end() -> None:
     settings = Settings(
         trigger_messages=10,
-        keep_messages=4,
+        keep_messages=2,
         ledger_max_tool_calls=10,
         memory_extraction=NO_MEMORY,
     )

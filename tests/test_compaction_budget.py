@@ -75,7 +75,7 @@ def test_kept_messages_shrink_so_every_request_stays_under_the_trigger(
         trigger_messages=40,
         keep_messages=8,
         summary_max_tokens=600,
-        ledger_max_tokens=300,
+        ledger_max_tokens=150,
     )
     main = ScriptedChatModel(responder=agent)
     graph = build_graph(
@@ -147,7 +147,7 @@ def test_a_record_over_the_trigger_is_shrunk_before_the_compaction_is_judged(
     settings = Settings(
         memory_extraction="off",
         memory_mode="off",
-        trigger_tokens=3_450,
+        trigger_tokens=2_860,  # no tool schema is bound before the first compaction
         trigger_messages=100,
         keep_messages=2,
         summary_max_tokens=1_400,

@@ -260,7 +260,10 @@ def test_a_stale_run_cannot_overwrite_what_another_run_committed(
 
     update = node.invoke(stale, Runtime(context=CTX, store=thread.store), thread.config)
 
-    assert update == {}
+    # Nothing of the stale run's compaction is written; only the summary call it paid for
+    # is counted (``model_usage`` adds up, it overwrites nothing).
+    assert set(update) == {"model_usage"}
+    assert update["model_usage"]["summary"]["calls"] == 1
     assert ThreadArchive(thread.store, thread.thread_id).records() == archived
     assert verify_thread(thread.store, thread.thread_id, committed).ok
     [line] = discards.lines()

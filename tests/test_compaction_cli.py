@@ -19,11 +19,12 @@ FILLER = (
     "delivery address exactly as written in the booking, and call the driver when the "
     "truck is loaded."
 )
-"""About seventy words, so a summary is clearly smaller than the turns it folds."""
+"""About seventy words; a turn carries it twice, so a summary plus the ``read_history``
+schema that the first compaction binds is clearly smaller than the turns it folds."""
 
 
 def turn(n: int) -> str:
-    return f"Turn {n}: parcel P-{n:04d} goes to dock {n % 7}. {FILLER}"
+    return f"Turn {n}: parcel P-{n:04d} goes to dock {n % 7}. {FILLER} {FILLER}"
 
 
 def background_env(env: dict[str, str]) -> dict[str, str]:

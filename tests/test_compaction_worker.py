@@ -26,7 +26,7 @@ from tests.support.scripted import is_summary_request, prompt_text
 CTX = Context(user_id="u1")
 SETTINGS = replace(BACKGROUND, read_only_tools=("lookup_order",))
 """A tuple-valued field too, so the trip through JSON has one to restore."""
-FILLER = "The carrier confirmed the pickup window and the customs papers were filed. " * 4
+FILLER = "The carrier confirmed the pickup window and the customs papers were filed. " * 16
 
 
 def models(calls: list[int]) -> Models:

@@ -490,6 +490,7 @@ def test_result_folded_after_its_call_completes_the_entry() -> None:
             "error": None,
             "idempotency_key": "k-1",
             "side_effect": True,
+            "turn": 1,
         }
     ]
     # A result without a tool name still upgrades the call and keeps what the call said.
@@ -581,13 +582,12 @@ def test_render_ledger() -> None:
     )
     assert render_ledger(ledger) == (
         "TOOL CALLS (recorded by code, authoritative):\n"
-        "- [succeeded] lookup_order(order_id=A-1001) id=call_1\n"
+        "- [succeeded] lookup_order ×13 (read-only), latest: order_id=A-1001\n"
         "- [unknown] charge_card(amount=30.00, idempotency_key=k-1) id=call_2 — error: timed out\n"
         "- [failed] refund() id=call_3 idempotency_key=r-9\n"
-        "Read-only successes folded: lookup_order ×12\n"
         "USER CONSTRAINTS (verbatim):\n"
         "- Do not email the customer before Friday.\n"
-        "IDENTIFIERS: A-1001, /srv/app/config.yaml, 2026-09-02, $30.00"
+        "IDENTIFIERS: /srv/app/config.yaml, 2026-09-02, $30.00"
     )
     only_constraints = ledger_of(constraints=["Only use EUR."])
     assert render_ledger(only_constraints) == "USER CONSTRAINTS (verbatim):\n- Only use EUR."
@@ -790,7 +790,8 @@ def test_twenty_compactions_keep_every_fact_that_matters() -> None:
     assert len(ledger["identifiers"]) == len(set(ledger["identifiers"]))
 
     text = render_ledger(ledger)
-    assert "Read-only successes folded: lookup_order ×40, search_docs ×20" in text
+    assert "- [succeeded] lookup_order ×40 (read-only)\n" in text
+    assert "- [succeeded] search_docs ×20 (read-only)\n" in text
     assert "- [unknown] charge_card(amount=10.00, idempotency_key=key-19) id=r19_charge" in text
 
     # Under a tighter bound, only the newest side effects of unknown outcome stay listed;
@@ -848,7 +849,7 @@ def test_rendering_within_a_budget_keeps_what_must_never_be_lost() -> None:
     ledger = _busy_ledger(40)
     full = render_ledger(ledger)
     small = render_ledger_within(ledger, 200)
-    assert count_text(full) > 1000
+    assert count_text(full) > 4 * 200
     assert count_text(small) <= 200
     assert "- [unknown] charge_card(amount=30.00) id=c1 — error: gateway timed out" in small
     assert "- Never email twice." in small

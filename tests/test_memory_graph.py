@@ -113,8 +113,9 @@ def test_flush_and_end_of_turn_store_a_statement_once() -> None:
     memory = memory_model()
     graph, store = make_graph(memory, trigger_messages=6, keep_messages=2)
     ctx = Context(user_id="carol")
-    # Long enough turns that folding them clearly shrinks the request.
-    filler = " Please keep the quarterly report, the budget sheet and the travel plan in mind." * 4
+    # Long enough turns that folding them clearly shrinks the request, even with the
+    # read_history schema the first compaction binds.
+    filler = " Please keep the quarterly report, the budget sheet and the travel plan in mind." * 8
     turns = [
         "I prefer short answers." + filler,
         "What is 2 * 3?" + filler,

@@ -84,8 +84,11 @@ def test_second_turn_already_sees_a_fact_learned_in_the_first() -> None:
     view = views[0]
     assert "I prefer tea over coffee." in str(view.content)
     assert view.additional_kwargs[HIDE_FROM_UI_KEY] is True
-    # Placed right after the system rules, before the conversation.
-    assert isinstance(second[0], SystemMessage) and second[1] is view
+    # After the system rules and the earlier conversation, right before the latest user
+    # message (per-turn context goes after the cacheable prefix).
+    assert isinstance(second[0], SystemMessage) and len(second) == 5
+    assert second[1].content == "I prefer tea over coffee."
+    assert second[3] is view and second[4].content == "What should I drink?"
     # The view lives in state, never in messages.
     state = graph.get_state(config("t1")).values
     assert "I prefer tea over coffee." in state["memory_view"]
@@ -94,7 +97,9 @@ def test_second_turn_already_sees_a_fact_learned_in_the_first() -> None:
 
 def test_exact_request_with_a_profile_and_facts() -> None:
     main = ScriptedChatModel(script=["ok"])
-    graph, store = make_graph(main)
+    # No relevance floor: the Fridays fact shares no word with the question, and the default
+    # floor leaves it out (tests/test_memory_view_selection.py).
+    graph, store = make_graph(main, memory_view_min_score=0)
     ctx = Context(user_id="dora")
     repo = MemoryRepository(store)
     repo.add_fact(ctx, "用户偏好用中文解释技术问题", category="preference", confidence=0.8)

@@ -150,7 +150,9 @@ class Thread:
 
 
 CONTEXT = Context(user_id="progress-user")
-COMPACTING = Settings(trigger_messages=12, keep_messages=4)
+# The gate is off: every row here must reach the memory model once (the gate has its own
+# tests, tests/test_memory_gate.py), and "What is N * 3?" turns would be gated.
+COMPACTING = Settings(trigger_messages=12, keep_messages=4, extraction_gate=False)
 
 
 def new_thread(settings: Settings = COMPACTING, memory: RecordingMemory | None = None) -> Thread:
@@ -244,7 +246,8 @@ def test_a_window_longer_than_the_record_relies_on_the_horizon(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(progress_module, "RECENT_IDS", 6)
-    thread = new_thread(Settings(trigger_messages=400, trigger_tokens=200_000))
+    settings = Settings(trigger_messages=400, trigger_tokens=200_000, extraction_gate=False)
+    thread = new_thread(settings)
     for turn in range(40):
         thread.send(turn)
     assert len(thread.record()["ids"]) == 6
@@ -293,7 +296,12 @@ def test_a_failed_extraction_is_retried_with_the_next_turn() -> None:
 def test_deferred_rows_are_queued_once_and_the_worker_marks_nothing_new() -> None:
     memory = RecordingMemory()
     thread = new_thread(
-        Settings(trigger_messages=12, keep_messages=4, memory_extraction="deferred")
+        Settings(
+            trigger_messages=12,
+            keep_messages=4,
+            memory_extraction="deferred",
+            extraction_gate=False,
+        )
     )
     for turn in range(50):
         thread.send(turn)

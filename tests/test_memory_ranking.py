@@ -164,7 +164,8 @@ def test_search_tool_view_and_cli_agree_on_order(
     main = ScriptedChatModel(script=[call, "done"])
     graph = build_graph(
         models=Models(main=main),
-        settings=Settings(memory_extraction="off"),
+        # Auto mode for the view, with memory_search bound too.
+        settings=Settings(memory_extraction="off", memory_search_in_auto=True),
         checkpointer=persistence.checkpointer,
         store=persistence.store,
     )

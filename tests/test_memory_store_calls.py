@@ -25,7 +25,7 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.demo import demo_reply, demo_tools
-from ctxgraph.nodes.memory.extract import known_facts
+from ctxgraph.nodes.memory.extract import EXTRACTION_FACTS, known_facts
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.demo_model import demo_memory
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -244,17 +244,24 @@ def _prompt_facts(model: ScriptedChatModel) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize(
     ("count", "listings"),
-    [(CANDIDATES - 24, 1), (CANDIDATES + 6, 2)],
-    ids=["facts-handed-on", "too-many-to-hand-on"],
+    [(EXTRACTION_FACTS - 6, 1), (CANDIDATES - 24, 2), (CANDIDATES + 6, 2)],
+    ids=["few-facts-handed-on", "facts-handed-on", "too-many-to-hand-on"],
 )
-def test_the_extraction_prompt_lists_every_fact_in_the_stored_order(
-    count: int, listings: int
-) -> None:
+def test_the_extraction_prompt_lists_the_related_facts(count: int, listings: int) -> None:
     turns = Turns(Settings())
     _store_facts(turns.store, count)
-    counts = turns.counts(turns.send("Tell me about tea, please."))
-    # Fewer facts than load_memory offers: it hands them all on, so they are listed once.
+    text = "I like tea, tell me about it."
+    counts = turns.counts(turns.send(text))
+    # load_memory hands every fact on; at most EXTRACTION_FACTS are listed as they are,
+    # more are ranked again for the new user text (one more listing).
     assert counts["facts search"] == listings, counts
-    expected = known_facts(MemoryRepository(turns.store).list_facts(CONTEXT))
-    assert len(expected) == count
+    repository = MemoryRepository(turns.store)
+    if count <= EXTRACTION_FACTS:
+        expected = known_facts(repository.list_facts(CONTEXT))
+        assert len(expected) == count
+    else:
+        related = repository.memory_candidates(CONTEXT, text, limit=EXTRACTION_FACTS)
+        expected = known_facts(related[:EXTRACTION_FACTS])
+        assert len(expected) == EXTRACTION_FACTS
+        assert all("tea" in fact["content"] for fact in expected)
     assert _prompt_facts(turns.memory) == expected

@@ -201,10 +201,12 @@ def test_worker_graph_processes_a_queued_item() -> None:
     worker = build_worker_graph(Models(main=model), Settings(), store=store)
 
     # The item was just queued: without force, the quiet period keeps it waiting.
-    assert worker.invoke({}) == {"processed": 0, "threads": [], "stored": 0}
+    assert worker.invoke({}) == {"processed": 0, "threads": [], "stored": 0, "model_usage": {}}
     assert model.calls == 0
 
-    assert worker.invoke({"force": True}) == {
+    done = worker.invoke({"force": True})
+    assert done.pop("model_usage")["memory"]["calls"] == 1
+    assert done == {
         "processed": 1,
         "threads": ["t-graph"],
         "stored": 1,

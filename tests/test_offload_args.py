@@ -106,7 +106,8 @@ def measured(state: dict[str, Any], main: ScriptedChatModel, text: str) -> int:
     counter = TokenCounter()
     messages = [*state["messages"], HumanMessage(text, id="probe")]
     request = RequestBuilder([], counter).build({"messages": messages}, BUILD)
-    return counter.count_messages(request) + counter.count_tools(main.tool_requests[0])
+    # The schemas of the latest call: the set bound for the thread's state as it is now.
+    return counter.count_messages(request) + counter.count_tools(main.tool_requests[-1])
 
 
 def at(fraction: float, tokens: int, user: str = "u1", **extra: Any) -> Context:
@@ -339,7 +340,9 @@ def test_with_memory_on_the_flush_before_an_offload_only_step_calls_no_model(
         store=persistence.store,
     )
     user = f"u-{thread_id}"  # the facts it learns stay with this test
-    first_turn(graph, thread_id, context=Context(user_id=user))
+    # A fact cue ("I", "my"), so the extraction gate lets turn 1 through to the model.
+    text = "save the report: I need it for my quarterly review"
+    first_turn(graph, thread_id, text, context=Context(user_id=user))
     assert memory.calls == 1  # the end of turn 1
     text = "Thanks. I prefer tea over coffee."
     tokens = request_tokens(graph, thread_id, main, text)

@@ -18,14 +18,10 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field, SecretStr
 
 from ctxgraph.graph import build_graph
-from ctxgraph.nodes.memory.search_tool import memory_search_tool
-from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
-from ctxgraph.nodes.tools import read_history_tool
 from ctxgraph.state import Context, InputState, ModelConfigError, Models, Settings
 from ctxgraph.store.persistence.connection import Persistence
 from tests.support.openai_server import EXHAUSTED, OpenAIServer, Reply, ToolCall
@@ -60,17 +56,8 @@ ASSISTANT_CALL = {
 }
 TOOL_RESULT = {"role": "tool", "content": ORDER_RESULT, "tool_call_id": CALL_ID}
 OPENING = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
-# The built-in tools every ctxgraph graph binds, as the provider receives them.
-READ_HISTORY_SCHEMA = convert_to_openai_tool(read_history_tool())
-READ_ARTIFACT_SCHEMA = convert_to_openai_tool(read_artifact_tool())
-GREP_ARTIFACT_SCHEMA = convert_to_openai_tool(grep_artifact_tool())
-MEMORY_SEARCH_SCHEMA = convert_to_openai_tool(memory_search_tool(Settings()))
-BUILTIN_SCHEMAS = [
-    READ_HISTORY_SCHEMA,
-    READ_ARTIFACT_SCHEMA,
-    GREP_ARTIFACT_SCHEMA,
-    MEMORY_SEARCH_SCHEMA,
-]
+# A fresh thread in memory mode auto binds no built-in tool: the provider receives only the
+# caller's tools (no `tools` at all without any).
 
 
 @pytest.fixture
@@ -124,7 +111,6 @@ def test_plain_answer_and_exact_request(server: OpenAIServer) -> None:
                 {"role": "system", "content": SYSTEM},
                 {"role": "user", "content": "What is the capital of France?"},
             ],
-            "tools": BUILTIN_SCHEMAS,
         }
     ]
     assert server.pending == 0
@@ -176,9 +162,9 @@ def test_tool_call_through_tools_node_on_postgres(
 
     first, second = server.requests
     assert first["messages"] == OPENING
-    assert first["tools"] == [LOOKUP_SCHEMA, *BUILTIN_SCHEMAS]
+    assert first["tools"] == [LOOKUP_SCHEMA]
     assert second["messages"] == [*OPENING, ASSISTANT_CALL, TOOL_RESULT]
-    assert second["tools"] == [LOOKUP_SCHEMA, *BUILTIN_SCHEMAS]
+    assert second["tools"] == [LOOKUP_SCHEMA]
 
 
 def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
@@ -207,7 +193,7 @@ def test_tool_flow_streams_over_sse(server: OpenAIServer) -> None:
     assert updated == ["load_memory", "model", "tools", "model"]
     assert [r["stream"] for r in server.requests] == [True, True]
     assert server.requests[0]["messages"] == OPENING
-    assert server.requests[0]["tools"] == [LOOKUP_SCHEMA, *BUILTIN_SCHEMAS]
+    assert server.requests[0]["tools"] == [LOOKUP_SCHEMA]
     assert server.requests[1]["messages"] == [*OPENING, ASSISTANT_CALL, TOOL_RESULT]
     call_pieces = [c for c in chunks if c.tool_call_chunks]
     assert len(call_pieces) >= 2

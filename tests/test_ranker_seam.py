@@ -82,7 +82,8 @@ def test_a_ranker_orders_the_view_the_tool_the_cli_and_the_repository_alike(
     main = ScriptedChatModel(script=[call, "done"])
     graph = build_graph(
         models=Models(main=main),
-        settings=Settings(memory_extraction="off"),
+        # Auto mode for the view, with memory_search bound too.
+        settings=Settings(memory_extraction="off", memory_search_in_auto=True),
         checkpointer=persistence.checkpointer,
         store=persistence.store,
         ranker=by_content,

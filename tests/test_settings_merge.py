@@ -212,15 +212,15 @@ def sizes(model: ScriptedChatModel) -> list[tuple[int, int]]:
 
 
 def user_text(n: int) -> str:
-    """About 100 tokens of one user turn."""
+    """About 200 tokens of one user turn."""
     return f"Turn {n}: " + " ".join(
-        f"the shipment of crate C-{n}-{i} left the dock" for i in range(8)
+        f"the shipment of crate C-{n}-{i} left the dock" for i in range(16)
     )
 
 
 # The messages trigger is the only low one; the tokens trigger the only low one; the
-# fraction of a known window the only low one. The token limits leave room for the schemas
-# of the built-in tools (about 750 tokens), which every request carries.
+# fraction of a known window the only low one. A fresh thread binds no built-in tool; the
+# first compaction binds read_history (about 130 tokens), so a fold must save more than it.
 TRIGGERS = {
     "trigger_messages": {"trigger_messages": 6, "keep_messages": 2},
     "trigger_tokens": {
@@ -267,9 +267,12 @@ def test_build_time_triggers_compact_a_run_that_overrides_something_else(
 
 def test_build_time_context_window_refuses_a_run_that_overrides_something_else() -> None:
     model = ScriptedChatModel(script=["never"])
+    # No tool schema is bound yet, and a long user message would be offloaded: the run's
+    # system prompt is what does not fit.
     graph = build_graph(models=Models(main=model), settings=Settings(context_window=256))
+    context = Context(user_id="u", settings={"system_prompt": "word " * 400})
     with pytest.raises(RequestTooLargeError, match=r"over the main model's input window of 256"):
-        graph.invoke({"messages": [("user", "word " * 400)]}, context=run_context())
+        graph.invoke({"messages": [("user", "hi")]}, context=context)
     assert model.calls == 0
 
 

@@ -131,6 +131,15 @@ def listing_of(request: Sequence[BaseMessage], prompt: str) -> str:
     return content[len(prompt) + 2 :]
 
 
+def listing_text(request: Sequence[BaseMessage]) -> str:
+    """The skill listing the system message carries after the rules ("" without one)."""
+    content = str(request[0].content)
+    prompt = Settings().system_prompt
+    assert content.startswith(prompt)
+    assert not [m for m in request if m.additional_kwargs.get("origin") == "skill_listing"]
+    return content[len(prompt) :].strip()
+
+
 # --- progressive disclosure -------------------------------------------------------------
 
 
@@ -266,17 +275,10 @@ def test_policy_unbinds_and_refuses_tools_outside_the_union(tmp_path: Path) -> N
     )
     graph = graph_for(main, tmp_path)
     messages = turn(graph, "read only")
-    everything = ["read_file", "write_file", "load_skill", "read_skill_file", "read_history"]
-    assert bound(main, 0)[:5] == everything
-    assert bound(main, 1) == [
-        "read_file",
-        "load_skill",
-        "read_skill_file",
-        "read_history",
-        "read_artifact",
-        "grep_artifact",
-        "memory_search",
-    ]
+    # A fresh thread binds no built-in reader (nothing offloaded or compacted yet).
+    everything = ["read_file", "write_file", "load_skill", "read_skill_file"]
+    assert bound(main, 0) == everything
+    assert bound(main, 1) == ["read_file", "load_skill", "read_skill_file"]
     # The exact request of the call after the load: rules + listing, the active-skill
     # data, then the window.
     reader = tmp_path / "reader" / "SKILL.md"
@@ -480,11 +482,11 @@ def test_an_edited_skill_is_seen_next_turn_also_by_a_new_process(tmp_path: Path)
     main = ScriptedChatModel(script=[load("reader", "c1"), "loaded", "seen"])
     graph = graph_for(main, tmp_path, saver=saver, store=store)
     turn(graph, "load reader")
-    assert "Version one." in str(main.requests[0][0].content)
+    assert "Version one." in listing_text(main.requests[0])
     write_skill(tmp_path, "reader", description="Version two.", allowed=["read_file"])
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
     turn(graph, "again")
-    assert "Version two." in str(main.requests[-1][0].content)
+    assert "Version two." in listing_text(main.requests[-1])
     assert "changed since loaded, reload it with load_skill('reader')" in skill_data(
         main.requests[-1]
     )
@@ -492,13 +494,13 @@ def test_an_edited_skill_is_seen_next_turn_also_by_a_new_process(tmp_path: Path)
     write_skill(tmp_path, "added", description="Brand new.")
     later = ScriptedChatModel(script=["fresh"])
     turn(graph_for(later, tmp_path, saver=saver, store=store), "and now")
-    assert "- added: Brand new." in str(later.requests[0][0].content)
+    assert "- added: Brand new." in listing_text(later.requests[0])
     assert "write_file" not in bound(later, 0)  # the policy comes from the checkpoint
     (tmp_path / "reader" / "SKILL.md").unlink()
     (tmp_path / "reader").rmdir()
     gone = ScriptedChatModel(script=["gone"])
     turn(graph_for(gone, tmp_path, saver=saver, store=store), "removed")
-    assert "- reader:" not in str(gone.requests[0][0].content)
+    assert "- reader:" not in listing_text(gone.requests[0])
     assert "reader: ref" in skill_data(gone.requests[0])
     assert "no longer available" in skill_data(gone.requests[0])
 
@@ -522,8 +524,8 @@ def test_store_skills_load_through_the_async_path() -> None:
     result = asyncio.run(
         graph.ainvoke({"messages": [HumanMessage("use gamma")]}, config, context=CONTEXT)
     )
-    assert "- gamma: From the Store. [store://skills/gamma/SKILL.md]" in str(
-        main.requests[0][0].content
+    assert "- gamma: From the Store. [store://skills/gamma/SKILL.md]" in listing_text(
+        main.requests[0]
     )
     loaded = next(m for m in result["messages"] if isinstance(m, ToolMessage))
     assert "Gamma body." in str(loaded.content) and "notes/a.md" in str(loaded.content)
@@ -570,6 +572,7 @@ def test_without_skill_sources_requests_are_unchanged() -> None:
     )
     turn(graph, "/anything goes")
     assert main.requests[0][0].content == Settings().system_prompt
+    assert listing_text(main.requests[0]) == ""
     assert "load_skill" not in bound(main, 0)
     assert skill_data(main.requests[0]) == ""
 

@@ -215,7 +215,10 @@ def test_the_view_marks_facts_written_around_the_gate() -> None:
         },
     )
     MemoryRepository(store).add_fact(ctx, "Ann reviews on Mondays.")
-    graph.invoke({"messages": [("user", "tea?")]}, config(f"{ctx.user_id}-2"), context=ctx)
+    # The question names Ann's reviews: only facts relevant to it (and corrections and
+    # preferences) enter the view.
+    question = "tea? When does Ann review?"
+    graph.invoke({"messages": [("user", question)]}, config(f"{ctx.user_id}-2"), context=ctx)
     view = memory_text(main_model.requests[-1])
     assert "I prefer tea over coffee. (confidence" in view
     line = next(line for line in view.splitlines() if "tea over coffee" in line)

@@ -60,10 +60,17 @@ def child_config(thread_id: str) -> RunnableConfig:
 
 
 def question(turn: int) -> str:
-    """Even turns use the calculator (four messages), odd turns are plain notes (two)."""
+    """Even turns use the calculator (four messages), odd turns are plain notes (two).
+
+    Each carries a filler long enough that a fold saves more than the read_history schema
+    the first compaction binds.
+    """
     if turn % 2 == 0:
-        return f"What is {turn} * 7? Keep order B-{3000 + turn} in mind."
-    return f"Note {turn}: the crate for order B-{3000 + turn} is blue."
+        return f"What is {turn} * 7? Keep order B-{3000 + turn} in mind.{FILLER}"
+    return f"Note {turn}: the crate for order B-{3000 + turn} is blue.{FILLER}"
+
+
+FILLER = " The carrier confirmed the pickup window and the customs papers were filed." * 4
 
 
 def ids(messages: Sequence[BaseMessage]) -> list[str | None]:

@@ -32,7 +32,7 @@ from tests.support.cli import run_ctxgraph
 
 CTX = Context(user_id="u-tamper")
 SETTINGS = Settings(trigger_messages=8, keep_messages=2, memory_extraction="off")
-FILLER = " ".join(["The carrier confirmed the pickup window and the customs papers."] * 6)
+FILLER = " ".join(["The carrier confirmed the pickup window and the customs papers."] * 12)
 NOTES = [f"Note {n}: parcel P-{100 + n} leaves dock {n}. {FILLER}" for n in range(1, 6)]
 REWRITTEN = "rewritten after the fact"
 

@@ -33,6 +33,7 @@ from ctxgraph.nodes.skills.tools import SkillTools
 from ctxgraph.nodes.skills.view import SkillRequests
 from ctxgraph.nodes.subagents.route import SUBAGENT_NODE
 from ctxgraph.nodes.tools import read_history_tool, tools_node
+from ctxgraph.nodes.tools.binding import UnboundToolGate
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.calibration import model_name
 from ctxgraph.state.context import Context
@@ -196,11 +197,13 @@ def graph_tools(
     *,
     parts: _Parts | None = None,
 ) -> list[BaseTool]:
-    """Every tool the graph binds, in binding order.
+    """Every tool the graph may bind, in binding order.
 
     ``tools``, the skill tools (given ``skills``), the built-in readers, and
     ``memory_search`` unless ``settings.memory_mode`` is off; that one searches through
-    the repositories and counts with the counter of ``parts`` when given.
+    the repositories and counts with the counter of ``parts`` when given. A request binds
+    the built-in readers and ``memory_search`` only once they can help
+    (``ctxgraph.nodes.tools.binding``).
     """
     skill_tools = SkillTools(skills, settings).tools() if skills is not None else []
     return _with_builtin_tools([*tools, *skill_tools], settings, parts)
@@ -266,12 +269,14 @@ class _Parts:
         """The tools node's wrappers, the first outermost.
 
         The caller's ``tool_wrappers`` in their order, then the skill policy gate (with
-        skill sources), then the result offloader, innermost, next to the tool.
+        skill sources), then the gate answering calls of built-in tools not bound for the
+        state, then the result offloader, innermost, next to the tool.
         """
         wrappers: list[ToolWrapper] = [*self.extensions.tool_wrappers]
         if self.skills is not None:
             names = [t.name for t in self.tools]
             wrappers.append(SkillPolicyGate(self.skills, settings, names))
+        wrappers.append(UnboundToolGate(settings))
         wrappers.append(ResultOffloader(models.main, settings, counter=self.counter))
         return wrappers
 

@@ -11,9 +11,10 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.memory.extract import MemoryExtractor
-from ctxgraph.nodes.memory.worker import process_pending
+from ctxgraph.nodes.memory.worker import process_pending, processed_usage
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.usage import UsageTotals
 
 
 class WorkerStoreError(RuntimeError):
@@ -27,11 +28,13 @@ class WorkerInput(TypedDict, total=False):
 
 
 class WorkerOutput(TypedDict, total=False):
-    """What a worker run did: items processed, their threads, and facts stored."""
+    """What a worker run did: items processed, their threads, facts stored, model usage."""
 
     processed: int
     threads: list[str]
     stored: int
+    model_usage: UsageTotals
+    """The memory model's tokens over the processed items (per role, as a thread keeps)."""
 
 
 class WorkerState(WorkerInput, WorkerOutput, total=False):
@@ -74,6 +77,7 @@ def build_worker_graph(
             "processed": len(done),
             "threads": [item.thread_id for item, _ in done],
             "stored": sum(len(result.stored) for _, result in done),
+            "model_usage": processed_usage(done),
         }
 
     builder = StateGraph(WorkerState, input_schema=WorkerInput, output_schema=WorkerOutput)

@@ -14,14 +14,17 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 
+from ctxgraph.nodes.cache_markers import accepts_cache_control, with_cache_marker
 from ctxgraph.nodes.invalid_calls import with_cut_off_calls_invalid, with_invalid_call_ids
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.offload.unlocks import unlock_update
+from ctxgraph.nodes.request import Request, RequestBuilder
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.nodes.skills.policy import ToolPolicy
 from ctxgraph.nodes.skills.record import activation
 from ctxgraph.nodes.skills.slash import first_call_of_turn, slash_command, unknown_skill_reply
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.nodes.subagents.record import model_update, with_abandoned
+from ctxgraph.nodes.tools.binding import ToolBinding
 from ctxgraph.state.calibration import TokenCalibration, calibrated, reported_input_tokens
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.delegations import DelegationEntry
@@ -29,9 +32,11 @@ from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import sanitized_message
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.usage import call_usage, usage_update
 from ctxgraph.store.skills import EMPTY_SNAPSHOT, SkillSnapshot, unknown_tools
 
 logger = logging.getLogger("ctxgraph.skills")
+cache_logger = logging.getLogger("ctxgraph.cache")
 
 
 class RequestTooLargeError(RuntimeError):
@@ -71,10 +76,9 @@ class ModelNode:
     ) -> None:
         self._model = model
         self._tools = list(tools)
-        self._bound: Runnable[LanguageModelInput, BaseMessage] = (
-            model.bind_tools(self._tools) if tools else model
-        )
-        self._restricted: dict[frozenset[str], Runnable[LanguageModelInput, BaseMessage]] = {}
+        self._binding = ToolBinding(self._tools)
+        # The model with each distinct set of tools bound, bound once per set.
+        self._bound: dict[frozenset[str], Runnable[LanguageModelInput, BaseMessage]] = {}
         self._lock = threading.Lock()
         self._settings = settings
         self._builder = builder
@@ -91,21 +95,25 @@ class ModelNode:
                 raise RequestTooLargeError(
                     f"the next model request is {size.tokens} tokens, over the main model's "
                     f"input window of {window} tokens ({size.messages} messages, "
-                    f"{self._builder.tool_tokens} tokens of tool schemas)"
+                    f"{request.tool_tokens} tokens of tool schemas)"
                 )
         return request
 
-    def _bound_for(self, policy: ToolPolicy, settings: Settings) -> Runnable[Any, BaseMessage]:
-        """The model with the tools ``policy`` allows bound (all of them when advisory)."""
-        if policy.allowed is None or settings.skill_policy == "advisory" or not self._tools:
-            return self._bound
-        names = frozenset(t.name for t in self._tools if policy.permits(t.name))
+    def _bound_for(
+        self, policy: ToolPolicy, settings: Settings, state: AgentState
+    ) -> Runnable[Any, BaseMessage]:
+        """The model with the tools bound for ``state`` that ``policy`` allows.
+
+        The caller's tools always, the built-in readers once they can help
+        (``ToolBinding``); ``policy`` restricts them unless it is advisory.
+        """
+        names = self._binding.names(state, settings, policy)
         with self._lock:
-            bound = self._restricted.get(names)
+            bound = self._bound.get(names)
             if bound is None:
-                allowed = [t for t in self._tools if t.name in names]
-                bound = self._model.bind_tools(allowed) if allowed else self._model
-                self._restricted[names] = bound
+                tools = self._binding.select(names)
+                bound = self._model.bind_tools(tools) if tools else self._model
+                self._bound[names] = bound
         return bound
 
     def _update(self, reply: BaseMessage, call: _Call) -> dict[str, Any]:
@@ -116,7 +124,9 @@ class ModelNode:
         surrogates anywhere in the answer become U+FFFD, so every store can hold it
         (``sanitized_message``). In a graph with
         subagents, the answer's ``task`` calls enter the delegation record as running.
-        An answer that reports its input tokens updates ``token_calibration``.
+        An answer that reports its input tokens updates ``token_calibration``. Where the
+        request placed the memory view is kept in ``memory_placement``. What the call
+        cost (reported, else counted locally) is added to ``model_usage`` as ``main``.
         """
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
@@ -127,6 +137,16 @@ class ModelNode:
         calibration = self._calibration(answer, call)
         if calibration is not None:
             extra = {**extra, "token_calibration": calibration}
+        if isinstance(call.request, Request) and call.request.placement is not None:
+            extra = {**extra, "memory_placement": call.request.placement}
+        builder = self._builder
+        usage = call_usage(
+            "main",
+            answer,
+            local_input=lambda: builder.local_tokens(call.request),
+            local_output=lambda: builder.local_tokens([answer]) - builder.local_tokens([]),
+        )
+        extra = {**extra, "model_usage": usage_update(usage)}
         return {"messages": [answer], **extra}
 
     def _calibration(self, answer: AIMessage, call: _Call) -> TokenCalibration | None:
@@ -180,8 +200,31 @@ class ModelNode:
         if self._delegates:
             state, marked = with_abandoned(state)
         request = self._checked_request(state, settings)
-        bound = self._bound_for(self._builder.skill_parts(state, settings).policy, settings)
+        policy = self._builder.skill_parts(state, settings).policy
+        bound = self._bound_for(policy, settings, state)
+        extra = {**extra, **unlock_update(state)}
         return _Call(bound, request, extra, marked, state.get("token_calibration"))
+
+    _markers_logged = False
+    """Whether the "no cache markers for this model" debug line was logged (once a node)."""
+
+    def _sent(self, request: list[BaseMessage], settings: Settings) -> list[BaseMessage]:
+        """What the model is sent: ``request``, with a cache marker when it is switched on.
+
+        The marker goes on a copy (``with_cache_marker``); ``request`` stays as measured.
+        """
+        if not settings.cache_markers or not isinstance(request, Request):
+            return request
+        if accepts_cache_control(self._model):
+            return with_cache_marker(request, request.stable)
+        if not self._markers_logged:
+            self._markers_logged = True
+            cache_logger.debug(
+                "cache_markers is on, but the main model (%s) takes no cache_control "
+                "blocks: requests are sent without markers",
+                type(self._model).__name__,
+            )
+        return request
 
     def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""
@@ -190,7 +233,7 @@ class ModelNode:
         call = self._prepare(state, settings, snapshot)
         if not isinstance(call, _Call):
             return call
-        return self._update(call.bound.invoke(call.request), call)
+        return self._update(call.bound.invoke(self._sent(call.request, settings)), call)
 
     async def ainvoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Asynchronous model call."""
@@ -201,4 +244,4 @@ class ModelNode:
         call = self._prepare(state, settings, snapshot)
         if not isinstance(call, _Call):
             return call
-        return self._update(await call.bound.ainvoke(call.request), call)
+        return self._update(await call.bound.ainvoke(self._sent(call.request, settings)), call)

@@ -14,10 +14,12 @@ from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.request_size import RequestSize, state_key
 from ctxgraph.nodes.skills.view import NO_SKILLS, SkillParts, SkillRequests
 from ctxgraph.nodes.subagents.render import delegations_message
+from ctxgraph.nodes.tools.binding import ToolBinding, ToolTokens
 from ctxgraph.state.calibration import factor_of, scaled
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
 from ctxgraph.state.graph_state import AgentState
-from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
+from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY, is_real_user_message
+from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 
@@ -35,15 +37,19 @@ def summary_message(summary: Mapping[str, Any], version: int, ledger_tokens: int
     )
 
 
+def view_digest(text: str) -> str:
+    """The first 16 hex digits of the SHA-256 of ``text``: the digest data-message ids carry."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def memory_message(view: str) -> HumanMessage:
     """The memory view as a data message: marked by origin, hidden from UIs, never stored.
 
     The id carries a digest of the text, so token counts cached per id stay right.
     """
-    digest = hashlib.sha256(view.encode()).hexdigest()[:16]
     return HumanMessage(
         content=view,
-        id=f"{MEMORY_MESSAGE_ID}-{digest}",
+        id=f"{MEMORY_MESSAGE_ID}-{view_digest(view)}",
         additional_kwargs={ORIGIN_KEY: "memory", HIDE_FROM_UI_KEY: True},
     )
 
@@ -51,30 +57,66 @@ def memory_message(view: str) -> HumanMessage:
 def system_message(prompt: str, listing: str) -> SystemMessage:
     """The system rules, followed by the skill listing when there is one.
 
-    The id names the listing's digest, so token counts cached per id stay right.
+    Both change only on a configuration or skill change, so they lead the request. The id
+    names the listing's digest, so token counts cached per id stay right.
     """
     if not listing:
         return SystemMessage(content=prompt, id=SYSTEM_PROMPT_ID)
-    digest = hashlib.sha256(listing.encode()).hexdigest()[:16]
-    return SystemMessage(content=f"{prompt}\n\n{listing}", id=f"{SYSTEM_PROMPT_ID}-{digest}")
+    return SystemMessage(
+        content=f"{prompt}\n\n{listing}", id=f"{SYSTEM_PROMPT_ID}-{view_digest(listing)}"
+    )
+
+
+def anchor_index(window: Sequence[BaseMessage], view: str, placed: MemoryPlacement | None) -> int:
+    """Where in ``window`` the memory view goes: the index of the message it precedes.
+
+    The previous request's spot while the view is byte-identical and that message is still
+    in the window; otherwise before the latest real user message; without one, at 0 (the
+    end of the stable part).
+    """
+    if placed and placed.get("digest") == view_digest(view) and placed.get("before"):
+        for index, message in enumerate(window):
+            if message.id == placed["before"]:
+                return index
+    return latest_user_index(window)
+
+
+def latest_user_index(window: Sequence[BaseMessage]) -> int:
+    """Index of the latest real user message of ``window``; 0 when it has none."""
+    for index in range(len(window) - 1, -1, -1):
+        if is_real_user_message(window[index]):
+            return index
+    return 0
 
 
 class Request(list[BaseMessage]):
-    """A built request, with the calibration factor of the state it was built for.
+    """A built request, with what the model node needs to know about how it was built.
 
-    ``RequestBuilder.measure`` multiplies its local count by ``factor``; a plain list of
-    messages is measured as counted locally.
+    ``factor`` is the calibration factor of the state it was built for:
+    ``RequestBuilder.measure`` multiplies its local count by it; a plain list of messages
+    is measured as counted locally. ``stable`` is the length of the stable part (the
+    messages before the window), ``placement`` where the memory view went (None without
+    a view).
     """
 
     factor: float = 1.0
+    stable: int = 0
+    placement: MemoryPlacement | None = None
+    tool_tokens: int | None = None
+    """Tokens of the tool schemas bound for the state it was built for."""
 
 
 class RequestBuilder:
-    """Builds the request: system rules and skill listing, memory, summary, skills, window.
+    """Builds the request: the stable part first, then the window with the per-turn context.
 
-    In order: ``[system rules + skill listing] + [memory view] + [summary data] + [active
-    skills] + [delegation record] + working messages``. It is the ``RequestMeasurer`` the
-    compaction node measures requests with.
+    The stable part changes only at a compaction or a skill change: ``[system rules + skill
+    listing] + [the window's leading system messages] + [summary data] + [active skills
+    data]``; the tool schemas, bound apart, change at most a few times per thread. Then
+    the working messages, with the per-turn context (``[memory view] + [delegation
+    record]``, data messages) placed before the latest real user message (the memory view
+    stays where the previous request had it while its text is unchanged,
+    ``state["memory_placement"]``). It is the ``RequestMeasurer`` the compaction node
+    measures requests with.
 
     Given the main model's name (``model``) and counting with tiktoken, it measures
     requests as the provider bills them: the local count times the thread's
@@ -94,7 +136,10 @@ class RequestBuilder:
         self._model = model if counter.tiktoken else None
         self._skills = skills
         self._system_cache: tuple[tuple[str, str], SystemMessage] | None = None
-        self._tool_tokens = counter.count_tools(list(tools))
+        self._binding = ToolBinding(tools)
+        # Schema tokens per distinct bound set, each counted once.
+        self._schemas = ToolTokens(self._binding, counter.count_tools)
+        self._schemas.warm(self._binding.unlock_sets())
         # The rendered summary of the latest mark, reused by every request until it changes.
         self._summary_cache: tuple[tuple[str, int], HumanMessage] | None = None
         # The memory message of the latest view; a turn's requests all carry the same one.
@@ -118,38 +163,79 @@ class RequestBuilder:
 
     @property
     def tool_tokens(self) -> int:
-        """Tokens of the bound tool schemas, sent with every request."""
-        return self._tool_tokens
+        """Tokens of the schemas bound in every state (the caller's own tools).
+
+        A plain list of messages is measured with these; a built ``Request`` with the
+        schemas bound for its state (``bound_tool_tokens``).
+        """
+        return self._schemas(self._binding.always_bound())
+
+    def bound_tool_tokens(self, state: AgentState, settings: Settings) -> int:
+        """Tokens of the tool schemas a request for ``state`` binds.
+
+        Those ``ToolBinding`` binds for the state, within the active skills' tool policy,
+        as ``ModelNode`` binds them.
+        """
+        policy = self.skill_parts(state, settings).policy
+        return self._schemas(self._binding.names(state, settings, policy))
 
     def skill_parts(self, state: AgentState, settings: Settings) -> SkillParts:
         """What skills add to the request for ``state``: listing, context and tool policy."""
         return NO_SKILLS if self._skills is None else self._skills.parts(state, settings)
 
     def build(self, state: AgentState, settings: Settings) -> Request:
-        """The messages the main model receives for ``state``, with its calibration factor."""
+        """The messages the main model receives for ``state``, with its calibration factor.
+
+        A pure function of ``state`` and ``settings``: the same inputs give equal messages
+        (the very same data-message objects while their text is unchanged).
+        """
         window: Sequence[AnyMessage] = state.get("messages") or []
         leading = 0
         while leading < len(window) and isinstance(window[leading], SystemMessage):
             leading += 1
-        skills = self.skill_parts(state, settings)
-        request = Request([self._system_message(settings.system_prompt, skills.listing)])
+        request = Request(self._stable_part(state, settings, window[:leading]))
         request.factor = self.factor(state)
-        request.extend(window[:leading])
-        view = state.get("memory_view")
-        if view:
-            request.append(self._memory_message(view))
+        request.tool_tokens = self.bound_tool_tokens(state, settings)
+        request.stable = len(request)
+        safe, _ = repair_tool_pairs(window[leading:])
+        request.extend(self._with_turn_context(state, request, safe))
+        return request
+
+    def _stable_part(
+        self, state: AgentState, settings: Settings, leading: Sequence[BaseMessage]
+    ) -> list[BaseMessage]:
+        """System rules and skill listing, leading system messages, summary, active skills."""
+        skills = self.skill_parts(state, settings)
+        system = self._system_message(settings.system_prompt, skills.listing)
+        stable: list[BaseMessage] = [system, *leading]
         summary = state.get("summary")
-        mark = state.get("compaction") or {}
         if summary:
-            request.append(self._summary_message(summary, mark, settings))
+            stable.append(self._summary_message(summary, state.get("compaction") or {}, settings))
         if skills.context is not None:
-            request.append(skills.context)
+            stable.append(skills.context)
+        return stable
+
+    def _with_turn_context(
+        self, state: AgentState, request: Request, window: Sequence[BaseMessage]
+    ) -> list[BaseMessage]:
+        """``window`` with the memory view and the delegation record placed in it.
+
+        Records the view's placement on ``request``.
+        """
+        messages = list(window)
+        latest = latest_user_index(messages)
         delegations = self._delegations_message(state)
         if delegations is not None:
-            request.append(delegations)
-        safe, _ = repair_tool_pairs(window[leading:])
-        request.extend(safe)
-        return request
+            messages.insert(latest, delegations)
+        view = state.get("memory_view")
+        if view:
+            at = anchor_index(window, view, state.get("memory_placement"))
+            before = window[at].id if at < len(window) else None
+            request.placement = {"before": before, "digest": view_digest(view)}
+            # Before the delegation record when both precede the same message.
+            shift = 1 if delegations is not None and at > latest else 0
+            messages.insert(at + shift, self._memory(view))
+        return messages
 
     def _system_message(self, prompt: str, listing: str) -> SystemMessage:
         # One message object per prompt and listing: a stable id lets the token counter
@@ -168,7 +254,7 @@ class RequestBuilder:
             self._delegations_cache = (key, delegations_message(record))
         return self._delegations_cache[1]
 
-    def _memory_message(self, view: str) -> HumanMessage:
+    def _memory(self, view: str) -> HumanMessage:
         if self._memory_cache is None or self._memory_cache[0] != view:
             self._memory_cache = (view, memory_message(view))
         return self._memory_cache[1]
@@ -197,7 +283,8 @@ class RequestBuilder:
         """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
         skills = self.skill_parts(state, settings)
         context_id = None if skills.context is None else skills.context.id
-        key = (state_key(state, settings), skills.listing, context_id, self.factor(state))
+        tools = self._binding.names(state, settings, skills.policy)
+        key = (state_key(state, settings), skills.listing, context_id, self.factor(state), tools)
         if self._size_cache is not None and self._size_cache[0] == key:
             return self._size_cache[1]
         size = self.measure(self.build(state, settings))
@@ -214,5 +301,11 @@ class RequestBuilder:
         return RequestSize(tokens=scaled(self.local_tokens(request), factor), messages=len(request))
 
     def local_tokens(self, request: Sequence[BaseMessage]) -> int:
-        """Tokens of ``request`` (tool schemas included) as counted locally, uncalibrated."""
-        return self._counter.count_messages(request) + self._tool_tokens
+        """Tokens of ``request`` (tool schemas included) as counted locally, uncalibrated.
+
+        A ``Request`` carries the schemas bound for its state; a plain list counts those
+        bound in every state (``tool_tokens``).
+        """
+        tools = request.tool_tokens if isinstance(request, Request) else None
+        schemas = self.tool_tokens if tools is None else tools
+        return self._counter.count_messages(request) + schemas

@@ -21,12 +21,16 @@ class RequestSize:
 
 
 def state_key(state: AgentState, settings: Settings) -> Hashable:
-    """What a request depends on: window, summary mark, memory view, delegations, settings."""
+    """What a request depends on: window, summary mark, memory view, delegations, settings.
+
+    The memory view's placement counts too: ``build`` places the view by it.
+    """
     window: Sequence[BaseMessage] = state.get("messages") or []
     return (
         tuple((m.id, len(m.content)) for m in window),
         (state.get("compaction") or {}).get("checksum"),
         state.get("memory_view") or "",
+        repr(state.get("memory_placement")),
         repr(state.get("delegations")),
         settings,
     )

@@ -17,7 +17,9 @@ from ctxgraph.state.compaction_state import (
     SummaryRecord,
 )
 from ctxgraph.state.delegations import DelegationRecord, merge_delegations
+from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.skill_context import SkillContextEntry, merge_skill_context
+from ctxgraph.state.tool_unlocks import merge_unlocked
 from ctxgraph.state.usage import UsageTotals, add_usage
 
 
@@ -59,6 +61,9 @@ class AgentState(TypedDict):
     """The compaction mark: version, cursor, checksum and chain hash of the archive."""
     memory_view: NotRequired[str]
     """This turn's rendered long-term memory; added to each request, never to ``messages``."""
+    memory_placement: NotRequired[MemoryPlacement | None]
+    """Where the last main-model request placed the memory view (before which window
+    message, for which view); later requests keep it there while the view is unchanged."""
     memory_turn: NotRequired[Annotated[dict[str, Any] | None, UntrackedValue(dict, guard=False)]]
     """What this run's memory nodes already read from the Store (the profile, the facts and
     the processed message ids), handed from node to node so each is read once per turn.
@@ -94,4 +99,9 @@ class AgentState(TypedDict):
     the main model's answers and every summary, memory and background call ctxgraph makes
     on its own. Each update adds to the totals; ``ctxgraph threads show T --usage`` prints
     them.
+    """
+    tools_unlocked: NotRequired[Annotated[list[str], merge_unlocked]]
+    """Built-in tools the thread has unlocked (``read_artifact`` and ``grep_artifact`` once
+    it had an artifact, ``read_history`` once it had an archive), sorted. A union: a name
+    stays once added, so a compaction that folds the stub does not unbind the tool.
     """

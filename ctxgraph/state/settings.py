@@ -62,6 +62,13 @@ class Settings:
             "provider does not report one (env CTXGRAPH_CONTEXT_WINDOW)."
         },
     )
+    cache_markers: bool = field(
+        default=False,
+        metadata={
+            "description": "Mark the end of the request's stable part with an Anthropic-style "
+            "cache_control block when the main model accepts one; env CTXGRAPH_CACHE_MARKERS=1."
+        },
+    )
 
     trigger_tokens: int = field(
         default=18_000,
@@ -174,6 +181,13 @@ class Settings:
             "CTXGRAPH_MEMORY_EXTRACTION."
         },
     )
+    extraction_gate: bool = field(
+        default=True,
+        metadata={
+            "description": "Skip the memory model for a turn whose filtered user text has no "
+            "cue a fact could come from (a lexical check); env CTXGRAPH_EXTRACTION_GATE."
+        },
+    )
     confidence_threshold: float = field(
         default=0.7,
         metadata={"description": "Lowest confidence at which a fact candidate is stored."},
@@ -204,6 +218,21 @@ class Settings:
             "before ordinary facts, and the whole view stays within memory_budget."
         },
     )
+    memory_view_min_score: float = field(
+        default=0.25,
+        metadata={
+            "description": "Floor, as a share of the best match's score, that a fact needs "
+            "to enter the auto-mode memory view (corrections and preferences are always "
+            "shown); 0 takes every candidate."
+        },
+    )
+    memory_view_max_facts: int = field(
+        default=12,
+        metadata={
+            "description": "Most facts besides corrections in the auto-mode memory view; "
+            "0 sets no cap (memory_budget still applies)."
+        },
+    )
     memory_age_from: Literal["created", "confirmed"] = field(
         default="created",
         metadata={
@@ -217,6 +246,13 @@ class Settings:
         metadata={
             "description": "Largest memory_search result in tokens; the lowest-ranked "
             "results are dropped first."
+        },
+    )
+    memory_search_in_auto: bool = field(
+        default=False,
+        metadata={
+            "description": "Bind the memory_search tool in memory_mode auto too (it is "
+            "always bound in tool mode); env CTXGRAPH_MEMORY_SEARCH_IN_AUTO=1."
         },
     )
     read_only_tools: tuple[str, ...] = field(
@@ -550,11 +586,16 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CTXGRAPH_COMPACTION_MODE": ("compaction_mode", str),
     "CTXGRAPH_SUMMARY_FALLBACK": ("summary_fallback", str),
     "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
+    "CTXGRAPH_EXTRACTION_GATE": ("extraction_gate", parse_flag),
     "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
     "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),
     "CTXGRAPH_MEMORY_AGE_FROM": ("memory_age_from", str),
+    "CTXGRAPH_MEMORY_SEARCH_IN_AUTO": ("memory_search_in_auto", parse_flag),
+    "CTXGRAPH_MEMORY_VIEW_MIN_SCORE": ("memory_view_min_score", float),
+    "CTXGRAPH_MEMORY_VIEW_MAX_FACTS": ("memory_view_max_facts", int),
     "CTXGRAPH_SKILLS_DIRS": ("skills_dirs", split_paths),
     "CTXGRAPH_SKILLS_FROM_STORE": ("skills_from_store", parse_flag),
     "CTXGRAPH_SKILL_POLICY": ("skill_policy", str),
+    "CTXGRAPH_CACHE_MARKERS": ("cache_markers", parse_flag),
 }
 """Environment variables that set a setting, with the setting and its type."""

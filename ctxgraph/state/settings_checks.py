@@ -304,8 +304,9 @@ def _is_tool_threshold(pair: object) -> bool:
 REQUEST_RULES: tuple[Rule, ...] = (
     Text("system_prompt"),
     WholeNumber("context_window", 256, 128_000, optional=True, noun="an integer", unit="tokens"),
+    Flag("cache_markers"),
 )
-"""The main model's request: its system prompt and input window."""
+"""The main model's request: its system prompt, input window and cache markers."""
 
 COMPACTION_RULES: tuple[Rule, ...] = (
     WholeNumber("keep_messages", 1, 8),
@@ -335,13 +336,17 @@ BACKGROUND_RULES: tuple[Rule, ...] = (
 
 MEMORY_RULES: tuple[Rule, ...] = (
     Choice("memory_extraction", ("inline", "deferred", "off")),
+    Flag("extraction_gate"),
     Number("confidence_threshold", 0, 1, example=0.7),
     Number("memory_quiet_seconds", 0, unit="seconds", example=30),
     Choice("memory_mode", ("auto", "tool", "off")),
     WholeNumber("memory_budget", 50, 2_000),
     WholeNumber("correction_budget", 1, 500),
+    Number("memory_view_min_score", 0, 1, example=0.25),
+    WholeNumber("memory_view_max_facts", 0, 12),
     Choice("memory_age_from", ("created", "confirmed")),
     WholeNumber("memory_search_max_tokens", 50, 900),
+    Flag("memory_search_in_auto"),
 )
 """Long-term memory: extraction, the injected view and the search tool."""
 

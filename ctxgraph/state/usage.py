@@ -9,7 +9,7 @@ the answer. The thread keeps running totals per role in its ``model_usage`` chan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from typing_extensions import TypedDict
@@ -153,4 +153,51 @@ def event_fields(call: CallUsage) -> dict[str, Any]:
         "output_tokens": call["output_tokens"],
         "cached_tokens": call["cached_tokens"],
         "usage_source": call["source"],
+    }
+
+
+def calls_event_fields(calls: Sequence[CallUsage]) -> dict[str, Any]:
+    """The fields several calls' usage adds to one event: their sums and their count.
+
+    ``usage_source`` is ``provider`` or ``local`` when every call agrees, else ``mixed``;
+    ``model_calls`` counts the calls and ``local_calls`` those counted locally.
+    """
+    sources = {call["source"] for call in calls}
+    return {
+        "model_calls": len(calls),
+        "local_calls": sum(1 for call in calls if call["source"] == "local"),
+        "input_tokens": sum(call["input_tokens"] for call in calls),
+        "output_tokens": sum(call["output_tokens"] for call in calls),
+        "cached_tokens": sum(call["cached_tokens"] for call in calls),
+        "usage_source": sources.pop() if len(sources) == 1 else ("mixed" if sources else None),
+    }
+
+
+def stored_calls(value: object) -> tuple[CallUsage, ...]:
+    """Calls read back from a stored JSON list; entries that are not a call are left out."""
+    if not isinstance(value, list | tuple):
+        return ()
+    calls: list[CallUsage] = []
+    for entry in value:
+        call = _stored_call(entry)
+        if call is not None:
+            calls.append(call)
+    return tuple(calls)
+
+
+def _stored_call(entry: object) -> CallUsage | None:
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("role"), str):
+        return None
+    source = entry.get("source")
+    if source not in ("provider", "local"):
+        return None
+    counts = [_tokens(entry.get(name)) for name in ("input_tokens", "output_tokens")]
+    if counts[0] is None or counts[1] is None:
+        return None
+    return {
+        "role": entry["role"],
+        "input_tokens": counts[0],
+        "output_tokens": counts[1],
+        "cached_tokens": _tokens(entry.get("cached_tokens")) or 0,
+        "source": "provider" if source == "provider" else "local",
     }

@@ -44,7 +44,7 @@ SETTINGS = Settings(
 )
 """Background mode with small triggers: a job starts at 7 request messages, the trigger
 fires at 14, and a step at the trigger does not wait for a running job."""
-FILLER = "The carrier confirmed the pickup window and the customs papers were filed. " * 6
+FILLER = "The carrier confirmed the pickup window and the customs papers were filed. " * 12
 CONTEXT = Context(user_id="background-user")
 
 

@@ -37,7 +37,8 @@ SETTINGS = Settings(trigger_messages=8, keep_messages=2)
 CONTEXT = Context(user_id="crash-user")
 LEFTOVER_CRASH = "compaction"
 """Dies before the first write that carries the ``compaction`` channel: the compact node's."""
-FILLER = " ".join(["The carrier confirmed the pickup window and the customs papers."] * 6)
+FILLER = " ".join(["The carrier confirmed the pickup window and the customs papers."] * 12)
+"""Long enough that the first compaction saves more than the ``read_history`` schema it binds."""
 SETUP_TURNS = [f"Setup note {n}: parcel P-{100 + n} leaves dock {n}. {FILLER}" for n in range(1, 6)]
 CRASH_TURN = "Crash note: parcel P-999 leaves dock 9."
 AFTER_TURN = "After note: parcel P-777 arrives at dock 7."

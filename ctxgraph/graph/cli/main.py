@@ -304,6 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print each delegation (task call): its status, brief and the "
         "subagent's transcript, read from its checkpoint or transcript artifact",
     )
+    show.add_argument(
+        "--usage",
+        action="store_true",
+        help="also print what the thread's model calls cost per role (main, summary, "
+        "memory, subagent): calls, input, output and cached tokens, and how many calls "
+        "were counted locally",
+    )
     verify = _command(thread_commands, "verify", "recompute a thread's checksums and hash chain")
     verify.add_argument("thread", help=THREAD_HELP)
     artifact = _command(
@@ -438,6 +445,7 @@ def _threads(args: argparse.Namespace) -> int:
             sys.stdout,
             with_summary=args.summary,
             subagents=args.subagents,
+            usage=args.usage,
         )
     return 0
 

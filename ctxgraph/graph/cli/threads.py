@@ -15,12 +15,14 @@ from ctxgraph.graph.cli.render import (
     tampered_marker_line,
     transcript_lines,
 )
+from ctxgraph.graph.cli.usage_table import thread_usage, usage_lines
 from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
 from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
 from ctxgraph.state.context import validate_label, validate_thread_id
 from ctxgraph.state.delegations import STATUSES, DelegationEntry, DelegationRecord
+from ctxgraph.state.usage import UsageTotals
 from ctxgraph.store.artifacts import ArtifactError, ArtifactStore, UnknownArtifactError
 from ctxgraph.store.ownership import check_thread_owner, thread_owner
 from ctxgraph.store.persistence.archive import (
@@ -65,6 +67,8 @@ class SavedThread:
         default_factory=lambda: DelegationRecord(entries=[], folded={})
     )
     """The thread's ``task`` calls (``delegations``), oldest first, and folded counts."""
+    usage: UsageTotals = field(default_factory=dict)
+    """What the thread's model calls cost, per role (``model_usage``)."""
 
 
 def check_owner(persistence: Persistence, thread_id: str, user_id: str | None) -> str:
@@ -112,6 +116,7 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
         prepared=[(v, r) for v, r in stored if upto is not None and v > upto],
         skills=active_skill_names(values.get("skill_context")),
         delegations=delegation_record(values.get("delegations")),
+        usage=thread_usage(values.get("model_usage")),
     )
 
 
@@ -154,6 +159,7 @@ def show_thread(
     with_summary: bool = False,
     clip: int | None = None,
     subagents: bool = False,
+    usage: bool = False,
 ) -> None:
     """Print every message of the thread: archived compactions first, then the window.
 
@@ -165,8 +171,9 @@ def show_thread(
     delegations (``task`` calls), if any. ``with_summary`` adds the current summary and
     its ledger, then a line about the thread's background compaction job if it has one
     (see ``job_line``); ``subagents`` then adds a section per delegation with the child's
-    transcript (see ``subagent_lines``); ``clip`` shortens each message to one line of at
-    most that many characters.
+    transcript (see ``subagent_lines``); ``usage`` then adds the table of what the
+    thread's model calls cost per role (see ``usage_lines``); ``clip`` shortens each
+    message to one line of at most that many characters.
     """
     thread = load_thread(persistence, thread_id)
     versioned = list(zip(thread.versions, thread.archive, strict=True))
@@ -222,6 +229,8 @@ def show_thread(
     if subagents:
         lines = subagent_lines(persistence, thread_id, thread.delegations, clip=clip)
         out.write("\n".join(lines) + "\n")
+    if usage:
+        out.write("\n" + "\n".join(usage_lines(thread.usage)) + "\n")
 
 
 def broken_line(

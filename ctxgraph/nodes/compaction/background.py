@@ -25,6 +25,7 @@ from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
 from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob, SummaryWriter
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.state.usage import CallUsage, calls_event_fields
 from ctxgraph.store.persistence.compaction_lease import CompactionLeases, Lease
 
 __all__ = ["BackgroundJobs", "JobSnapshot", "job_ended", "running_jobs", "wait_for_jobs"]
@@ -117,10 +118,13 @@ class BackgroundJobs:
                 _RUNNING.discard(threading.current_thread())
                 _FINISHED[snapshot.thread_id] = snapshot.base_version
 
-    def _sections(self, snapshot: JobSnapshot) -> dict[str, str]:
-        """The job's summary; the model-free degraded record when no model writes one."""
+    def _sections(self, snapshot: JobSnapshot, usage: list[CallUsage]) -> dict[str, str]:
+        """The job's summary; the model-free degraded record when no model writes one.
+
+        ``usage`` receives the usage of every answered summary call.
+        """
         try:
-            return self._writer.write(snapshot.job, snapshot.settings, snapshot.check)
+            return self._writer.write(snapshot.job, snapshot.settings, snapshot.check, usage=usage)
         except SummaryError as error:
             if snapshot.settings.summary_fallback == "off":
                 raise
@@ -132,6 +136,7 @@ class BackgroundJobs:
                 snapshot.thread_id,
                 base_version=snapshot.base_version,
                 reason=str(error),
+                **_usage_fields(usage),
             )
             return sections
 
@@ -143,8 +148,9 @@ class BackgroundJobs:
         started = time.monotonic()
         renewal = _Renewal(leases, lease, snapshot.settings.compaction_lease_s)
         renewal.start()
+        usage: list[CallUsage] = []
         try:
-            sections = self._sections(snapshot)
+            sections = self._sections(snapshot, usage)
         except Exception as error:  # a SummaryError, or a model or store failure
             emit(
                 "failed",
@@ -152,6 +158,7 @@ class BackgroundJobs:
                 base_version=snapshot.base_version,
                 token=lease.token,
                 reason=f"{type(error).__name__}: {error}",
+                **_usage_fields(usage),
             )
             return False
         finally:
@@ -164,6 +171,7 @@ class BackgroundJobs:
                 base_version=snapshot.base_version,
                 token=lease.token,
                 reason="stale worker: its lease expired and was taken over",
+                **_usage_fields(usage),
             )
             return False
         result = JobResult(
@@ -177,6 +185,7 @@ class BackgroundJobs:
             stored_at=datetime.now(UTC).isoformat(),
             latency_s=round(latency, 3),
             tokens_before=snapshot.tokens_before,
+            calls=tuple(usage),
         )
         JobResults(store, thread_id).put(result)
         emit(
@@ -186,6 +195,7 @@ class BackgroundJobs:
             token=lease.token,
             folded=len(result.folded_ids),
             latency_s=result.latency_s,
+            **_usage_fields(usage),
         )
         return True
 
@@ -217,6 +227,11 @@ class _Renewal:
             if renewed is None:
                 self.lost.set()
                 return
+
+
+def _usage_fields(calls: Sequence[CallUsage]) -> dict[str, object]:
+    """The usage fields of a job's event; none when the job made no summary call."""
+    return calls_event_fields(calls) if calls else {}
 
 
 def job_ended(thread_id: str, base_version: int) -> bool:

@@ -22,7 +22,12 @@ from ctxgraph.nodes.compaction.commit import CompactionCommit
 from ctxgraph.nodes.compaction.errors import thread_id_of
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.job_queue import JobQueue, job_payload
-from ctxgraph.nodes.compaction.job_results import discard, unusable, was_applied
+from ctxgraph.nodes.compaction.job_results import (
+    discard,
+    take_discarded,
+    unusable,
+    was_applied,
+)
 from ctxgraph.nodes.compaction.job_state import (
     JOB_POLL_S,
     Launch,
@@ -37,6 +42,7 @@ from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.compaction_state import CompactionJob
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
 from ctxgraph.store.persistence.compaction_lease import CompactionLeases, leases_for, new_holder
 
 logger = logging.getLogger("ctxgraph.compaction")
@@ -84,13 +90,14 @@ class BackgroundCompactor:
         applied = self.apply(plan, state.get("messages") or [], config, wait_s=0)
         if applied is not None:
             return applied
+        discarded = with_usage({}, take_discarded(plan))
         known: CompactionJob = {**(state.get("compaction_job") or {})}
         current = leases_for(plan.archive.store).current(plan.archive.thread_id)
         if current is not None and current.live:
-            return {}
+            return discarded
         known["state"] = "ended"
         known["attempts"] = int(known.get("attempts", 1))
-        return {"compaction_job": known}
+        return {**discarded, "compaction_job": known}
 
     async def queue(
         self,
@@ -257,7 +264,10 @@ class BackgroundCompactor:
 
         ``window`` is the thread's working window. While a job's lease is live and no
         result is ready, waits for it up to ``wait_s``. Results that can no longer apply
-        are discarded (and deleted) with the reason logged and streamed.
+        are discarded (and deleted) with the reason logged and streamed. The applied
+        update adds the usage of the result's summary calls, and of the results discarded
+        under ``plan``, to ``model_usage``; when nothing applies, the usage of the
+        discarded ones waits under ``plan`` for the attempt's update (``take_discarded``).
         """
         store, thread_id = plan.archive.store, plan.archive.thread_id
         results = JobResults(store, thread_id)
@@ -269,8 +279,11 @@ class BackgroundCompactor:
             for key, result in self._usable_results(plan, everything, results, leases):
                 update = self._applied(plan, window, repaired, everything, result, config)
                 if not isinstance(update, str):
-                    return update
-                discard(results, key, result, update)
+                    # Not committed ({}: the thread moved on): the result stays stored,
+                    # and its usage is added when it is applied or discarded later.
+                    applied = [*result.calls] if update else []
+                    return with_usage(update, [*applied, *take_discarded(plan)])
+                discard(results, key, result, update, plan=plan)
             current = leases.current(thread_id)
             if current is None or not current.live or time.monotonic() >= deadline:
                 if waited_from is not None:
@@ -297,7 +310,7 @@ class BackgroundCompactor:
         usable: list[tuple[str, JobResult]] = []
         for key, result in results.results():
             if result is None:
-                discard(results, key, None, "unreadable job result")
+                discard(results, key, None, "unreadable job result", plan=plan)
                 continue
             reason = unusable(result, plan, everything, leases)
             if reason is None:
@@ -305,7 +318,7 @@ class BackgroundCompactor:
             elif was_applied(plan.archive, result):
                 results.delete(key)  # its compaction committed: nothing was discarded
             else:
-                discard(results, key, result, reason)
+                discard(results, key, result, reason, plan=plan)
         return usable
 
     def _applied(
@@ -344,8 +357,16 @@ class BackgroundCompactor:
             tokens_before=plan.before.tokens,
             tokens_after=finished.after.tokens,
             latency_s=result.latency_s,
+            **(calls_event_fields(result.calls) if result.calls else {}),
         )
         return finished.update
+
+
+def with_usage(update: dict[str, Any], calls: Sequence[CallUsage]) -> dict[str, Any]:
+    """``update`` adding ``calls`` to the thread's ``model_usage`` (as it is without calls)."""
+    if not calls:
+        return update
+    return {**update, "model_usage": usage_update(*calls)}
 
 
 def _lease_ended(leases: CompactionLeases, thread_id: str, deadline: float) -> bool:

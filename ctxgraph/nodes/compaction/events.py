@@ -1,7 +1,9 @@
 """Compaction events: a log line and, inside a run, a custom stream event per job step.
 
 The steps of a background job are started, skipped_busy, ready, applied, discarded and
-failed; each is logged on ``ctxgraph.compaction``.
+failed; inline compaction emits summarized after its summary calls. Each is logged on
+``ctxgraph.compaction``. An event that follows summary calls carries their usage (see
+``ctxgraph.state.usage.calls_event_fields``).
 """
 
 from __future__ import annotations

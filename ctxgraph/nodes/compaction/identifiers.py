@@ -200,6 +200,23 @@ def token_pattern(text: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(text)}(?![A-Za-z0-9_-])", re.IGNORECASE)
 
 
+@lru_cache(maxsize=4_096)
+def _verbatim_pattern(text: str) -> re.Pattern[str]:
+    """Finds ``text`` exactly (case included), not as part of a longer word or id."""
+    before = r"(?<![A-Za-z0-9_-])" if re.match(r"[A-Za-z0-9_-]", text) else ""
+    after = r"(?![A-Za-z0-9_-])" if re.search(r"[A-Za-z0-9_-]$", text) else ""
+    return re.compile(before + re.escape(text) + after)
+
+
+def shown_verbatim(identifier: str, text: str) -> bool:
+    """Whether ``text`` shows ``identifier`` exactly, as a whole token.
+
+    Case counts, and a match inside a longer id does not (``A-1001`` is not shown by
+    ``A-10012`` or ``a-1001``), so an identifier this finds is readable in ``text`` as is.
+    """
+    return bool(identifier) and _verbatim_pattern(identifier).search(text) is not None
+
+
 def claims_by_mention(sentence: str, spans: list[tuple[int, int]]) -> list[tuple[bool, bool]]:
     """The (success, failure) claims made about each mention in ``sentence``.
 

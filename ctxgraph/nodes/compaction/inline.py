@@ -1,7 +1,9 @@
 """Inline compaction: summarize, verify and commit a plan within the step, or give up safely.
 
 The sync and async paths share one sans-I/O attempt (``_Attempt``) and differ only in
-how they call the summary model and the archive.
+how they call the summary model and the archive. After the summary calls the attempt
+emits ``compaction.summarized`` with what they cost, and its update adds that to
+``model_usage``, whatever the outcome (the provider billed the calls either way).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from langchain_core.runnables import RunnableConfig
 
 from ctxgraph.nodes.compaction.commit import CompactionCommit
 from ctxgraph.nodes.compaction.errors import CompactionError
-from ctxgraph.nodes.compaction.fallback import degraded_sections
+from ctxgraph.nodes.compaction.events import emit
+from ctxgraph.nodes.compaction.fallback import DEGRADED, degraded_sections
+from ctxgraph.nodes.compaction.job_results import take_discarded
 from ctxgraph.nodes.compaction.planner import CompactionPlanner, Finished, Plan
 from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryWriter
 from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
 from ctxgraph.store.persistence.archive import ArchiveRecord
 
 logger = logging.getLogger("ctxgraph.compaction")
@@ -53,7 +58,9 @@ class InlineCompactor:
         attempt = self._attempt(plan)
         if attempt.summary_due():
             try:
-                sections = self._writer.write(plan.job, plan.settings, plan.check)
+                sections = self._writer.write(
+                    plan.job, plan.settings, plan.check, usage=attempt.usage
+                )
             except SummaryError as error:
                 attempt.unsummarized(error)
             else:
@@ -69,7 +76,9 @@ class InlineCompactor:
         attempt = self._attempt(plan)
         if attempt.summary_due():
             try:
-                sections = await self._writer.awrite(plan.job, plan.settings, plan.check)
+                sections = await self._writer.awrite(
+                    plan.job, plan.settings, plan.check, usage=attempt.usage
+                )
             except SummaryError as error:
                 attempt.unsummarized(error)
             else:
@@ -118,6 +127,7 @@ class _Attempt:
     Nothing to fold gives up at once. A summary (or the failure to write one) is finished
     by the planner into a record to prepare, or gives up with the reason. Preparing the
     record decides the update: the committed window, or nothing when the thread moved on.
+    The summary calls' usage (``usage``, filled by the writer) is added to that update.
     """
 
     def __init__(self, plan: Plan, planner: CompactionPlanner, give_up: GiveUp) -> None:
@@ -126,6 +136,9 @@ class _Attempt:
         self._give_up = give_up
         self._finished: Finished | None = None
         self._update: dict[str, Any] | None = None
+        self.usage: list[CallUsage] = []
+        """One entry per answered summary call of this attempt."""
+        self._reported = False
         if not plan.old:
             self._update = give_up(plan, "nothing old enough to fold")
 
@@ -135,6 +148,7 @@ class _Attempt:
 
     def summarized(self, sections: dict[str, str]) -> None:
         """Take the checked sections: a record to prepare, or a refusal."""
+        self._report("written" if not sections.get(DEGRADED) else "degraded")
         finished = self._planner.finish(self._plan, sections)
         if isinstance(finished, str):
             self._update = self._give_up(self._plan, finished)
@@ -145,12 +159,14 @@ class _Attempt:
         """No model wrote a usable summary: commit the model-free record, or give up."""
         plan = self._plan
         if plan.settings.summary_fallback == "off":
+            self._report("failed")
             self._update = self._give_up(plan, f"no usable summary ({error})")
             return
         version = int(plan.mark.get("version", 0)) + 1
         try:
             sections = degraded_sections(plan.job, plan.settings, plan.check, version=version)
         except SummaryError as fallback_error:
+            self._report("failed")
             self._update = self._give_up(plan, f"no usable summary ({error}; {fallback_error})")
             return
         logger.warning("no usable summary (%s); committing a degraded model-free record", error)
@@ -167,7 +183,28 @@ class _Attempt:
         assert self._finished is not None
         self._update = self._finished.update if written else {}
 
+    def _report(self, outcome: str) -> None:
+        """Emit ``compaction.summarized`` once, with the summary calls' usage."""
+        if self._reported:
+            return
+        self._reported = True
+        emit(
+            "summarized",
+            self._plan.archive.thread_id,
+            base_version=int(self._plan.mark.get("version", 0) or 0),
+            outcome=outcome,
+            folded=len(self._plan.old),
+            **calls_event_fields(self.usage),
+        )
+
     def update(self) -> dict[str, Any]:
-        """The node's state update for this attempt."""
+        """The node's state update for this attempt, adding what its model calls cost.
+
+        The usage of job results a background step discarded under the same plan is
+        added too (see ``take_discarded``).
+        """
         assert self._update is not None
-        return self._update
+        calls = [*self.usage, *take_discarded(self._plan)]
+        if not calls:
+            return self._update
+        return {**self._update, "model_usage": usage_update(*calls)}

@@ -1,12 +1,21 @@
-"""Which stored job results still apply to a thread, and discarding the ones that do not."""
+"""Which stored job results still apply to a thread, and discarding the ones that do not.
+
+A discarded result's summary calls were billed all the same: ``discard`` notes their
+usage on the plan of the compaction attempt that discarded it (``Plan.discarded_usage``),
+and whichever update that attempt returns (a job applied, an inline compaction, a step
+that starts or waits for a job) takes it with ``take_discarded`` into ``model_usage``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from langchain_core.messages import AnyMessage
 
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
 from ctxgraph.nodes.compaction.planner import Plan
+from ctxgraph.state.usage import CallUsage, calls_event_fields
 from ctxgraph.store.persistence.archive import ThreadArchive
 from ctxgraph.store.persistence.compaction_lease import CompactionLeases
 
@@ -57,13 +66,40 @@ def was_applied(archive: ThreadArchive, result: JobResult) -> bool:
     return record is not None and tuple(record["event_ids"]) == result.folded_ids
 
 
-def discard(results: JobResults, key: str, result: JobResult | None, reason: str) -> None:
-    """Delete a stored job result that cannot apply, and say why (``compaction.discarded``)."""
+def discard(
+    results: JobResults,
+    key: str,
+    result: JobResult | None,
+    reason: str,
+    *,
+    plan: Plan | None = None,
+) -> None:
+    """Delete a stored job result that cannot apply, and say why (``compaction.discarded``).
+
+    The event carries the usage of the job's summary calls; with ``plan`` that usage is
+    noted for the attempt's update (see ``take_discarded``).
+    """
     results.delete(key)
+    calls = result.calls if result else ()
     emit(
         "discarded",
         results.thread_id,
         base_version=result.base_version if result else None,
         token=result.token if result else None,
         reason=reason,
+        **(calls_event_fields(calls) if calls else {}),
     )
+    if plan is not None:
+        note_discarded(plan, calls)
+
+
+def note_discarded(plan: Plan, calls: Sequence[CallUsage]) -> None:
+    """Keep ``calls`` (of a discarded result) for the update of the attempt ``plan`` plans."""
+    plan.discarded_usage.extend(calls)
+
+
+def take_discarded(plan: Plan) -> list[CallUsage]:
+    """The usage noted on ``plan`` since it was last taken (each call is taken once)."""
+    taken = list(plan.discarded_usage)
+    plan.discarded_usage.clear()
+    return taken

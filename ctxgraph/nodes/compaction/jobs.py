@@ -17,6 +17,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore
 
 from ctxgraph.state.messages import content_text
+from ctxgraph.state.usage import CallUsage, stored_calls
 from ctxgraph.store.namespaces import thread_compaction_jobs
 
 RESULTS_LIMIT = 20
@@ -73,6 +74,10 @@ class JobResult:
     """Seconds the summary took."""
     tokens_before: int
     """Tokens of the request when the job started."""
+    calls: tuple[CallUsage, ...] = ()
+    """The usage of the job's summary calls; the thread's ``model_usage`` adds it once,
+    when the result is applied or discarded (a result stored before usage was kept has
+    none)."""
 
     @property
     def key(self) -> str:
@@ -83,6 +88,7 @@ class JobResult:
         """The Store item value."""
         value = asdict(self)
         value["folded_ids"] = list(self.folded_ids)
+        value["calls"] = [dict(call) for call in self.calls]
         return value
 
     @classmethod
@@ -100,6 +106,7 @@ class JobResult:
                 stored_at=str(value["stored_at"]),
                 latency_s=float(value["latency_s"]),
                 tokens_before=int(value["tokens_before"]),
+                calls=stored_calls(value.get("calls")),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -33,6 +33,8 @@ from ctxgraph.nodes.compaction.ledger_record import (
 )
 from ctxgraph.nodes.compaction.ledger_render import (
     COUNT_LINES_ROOM,
+    is_folded,
+    render_group,
     render_ledger,
     render_ledger_within,
 )
@@ -55,10 +57,12 @@ __all__ = [
     "derive_ledger",
     "empty_ledger",
     "find_contradictions",
+    "is_folded",
     "is_read_only",
     "ledger_artifacts",
     "merge_ledgers",
     "read_ledger",
+    "render_group",
     "render_ledger",
     "render_ledger_within",
 ]

@@ -26,7 +26,7 @@ def _fold_rank(entry: ToolCallEntry) -> int:
     Read-only successes, then read-only non-successes, side-effect successes and
     side-effect non-successes (a side effect of unknown outcome goes last).
     """
-    return (2 if entry["side_effect"] else 0) + (entry["status"] != "succeeded")
+    return (2 if entry.get("side_effect", True) else 0) + (entry["status"] != "succeeded")
 
 
 def bound_ledger(

@@ -149,12 +149,14 @@ def derive_ledger(
     """The ledger of a slice of folded messages.
 
     Every tool call becomes an entry whose status comes from its tool result; a call with
-    no result is ``planned`` when its message ends the slice, else ``unknown``. Constraints
-    are the marked sentences of real user messages, merged by ``constraint_key`` with a
-    count and the last turn that said them (the slice's real user messages are turns 1,
-    2, ...; ``merge_ledgers`` moves them past the earlier record's). Identifiers come from
-    message text, tool arguments and the results of side-effect calls; a read-only result
-    can be read again (and is archived), so its contents are not copied into the ledger.
+    no result is ``planned`` when its message ends the slice, else ``unknown``. Each entry
+    carries the turn it was made in (the slice's real user messages so far; left out before
+    the first). Constraints are the marked sentences of real user messages, merged by
+    ``constraint_key`` with a count and the last turn that said them (the slice's real
+    user messages are turns 1, 2, ...; ``merge_ledgers`` moves them past the earlier
+    record's). Identifiers come from message text, tool arguments and the results of
+    side-effect calls; a read-only result can be read again (and is archived), so its
+    contents are not copied into the ledger.
     Artifacts are the offloaded contents the messages refer to (``message_artifacts``).
     """
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
@@ -165,7 +167,7 @@ def derive_ledger(
     for message in messages:
         texts = [] if _read_only_result(message, calls) else [_own_text(message)]
         pending = message is messages[-1]
-        texts.extend(_record_calls(message, pending, results, calls, read_only_tools))
+        texts.extend(_record_calls(message, (pending, turn), results, calls, read_only_tools))
         if is_real_user_message(message):
             turn += 1
             constraints.extend(
@@ -190,25 +192,37 @@ def derive_ledger(
 
 def _record_calls(
     message: BaseMessage,
-    pending: bool,
+    where: tuple[bool, int],
     results: Mapping[str, ToolMessage],
     calls: dict[str, ToolCallEntry],
     read_only_tools: frozenset[str],
 ) -> list[str]:
     """Record the calls ``message`` makes or answers in ``calls``; returns their arguments.
 
-    ``pending`` says that ``message`` ends the slice (its unanswered calls are planned).
+    ``where`` says whether ``message`` ends the slice (its unanswered calls are planned)
+    and the turn it belongs to (0: before the slice's first real user message).
     """
+    pending, turn = where
     if isinstance(message, AIMessage):
         texts: list[str] = []
         for call in message.tool_calls:
             result = results.get(call["id"] or "")
-            _upsert(calls, _call_entry(call, result, pending, read_only_tools))
+            _upsert(calls, _at_turn(_call_entry(call, result, pending, read_only_tools), turn))
             texts.extend(scalar_strings(call["args"]))
         return texts
     if isinstance(message, ToolMessage) and message.tool_call_id not in calls:
-        _upsert(calls, _result_entry(results[message.tool_call_id], read_only_tools))
+        entry = _result_entry(results[message.tool_call_id], read_only_tools)
+        _upsert(calls, _at_turn(entry, turn))
     return []
+
+
+def _at_turn(entry: ToolCallEntry, turn: int) -> ToolCallEntry:
+    """``entry`` with its turn; turn 0 (not known) is left out."""
+    if turn > 0:
+        entry["turn"] = turn
+    else:
+        entry.pop("turn", None)
+    return entry
 
 
 def _own_text(message: BaseMessage) -> str:
@@ -243,6 +257,8 @@ def _upsert(calls: dict[str, ToolCallEntry], entry: ToolCallEntry) -> None:
         merged["args"] = dict(other["args"])
     if merged["idempotency_key"] is None:
         merged["idempotency_key"] = other["idempotency_key"]
+    turn = old.get("turn") or entry.get("turn")  # the turn the call was made in, if known
+    _at_turn(merged, turn or 0)
     calls[entry["id"]] = merged
 
 
@@ -256,15 +272,19 @@ def _add_counts(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str
 def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger:
     """``previous`` updated with ``new``: calls by id, counts added, lists unioned in order.
 
-    ``new`` numbers its turns from 1, as ``derive_ledger`` does; they are moved past the
-    ``user_turns`` of ``previous``. Constraints said in both are merged into one entry,
-    artifacts by ref. Either ledger may be in an older stored shape (see ``read_ledger``).
+    ``new`` numbers its turns from 1, as ``derive_ledger`` does; its constraints' and calls'
+    turns are moved past the ``user_turns`` of ``previous`` (a call made before the new
+    slice's first user message belongs to the previous record's last turn). Constraints
+    said in both are merged into one entry, artifacts by ref. Either ledger may be in an
+    older stored shape (see ``read_ledger``).
     """
     old, fresh = read_ledger(previous), read_ledger(new)
-    calls: dict[str, ToolCallEntry] = {}
-    for entry in [*old["tool_calls"], *fresh["tool_calls"]]:
-        _upsert(calls, entry)
     shift = old["user_turns"]
+    calls: dict[str, ToolCallEntry] = {}
+    for entry in old["tool_calls"]:
+        _upsert(calls, entry)
+    for entry in fresh["tool_calls"]:
+        _upsert(calls, _at_turn(copy_entry(entry), entry.get("turn", 0) + shift))
     moved: list[ConstraintEntry] = [
         {**entry, "last_turn": entry["last_turn"] + shift if entry["last_turn"] else 0}
         for entry in fresh["constraints"]

@@ -14,7 +14,12 @@ ToolCallStatus = Literal["planned", "succeeded", "failed", "cancelled", "unknown
 
 
 class ToolCallEntry(TypedDict):
-    """One tool call as code saw it: what was asked and how it ended."""
+    """One tool call as code saw it: what was asked and how it ended.
+
+    ``turn`` is the number of real user messages folded into the record up to the call
+    (the turns ``ConstraintEntry.last_turn`` counts); it is left out when not known
+    (calls recorded before turns were kept, or made before any folded user message).
+    """
 
     id: str
     name: str
@@ -23,6 +28,7 @@ class ToolCallEntry(TypedDict):
     error: str | None
     idempotency_key: str | None
     side_effect: bool
+    turn: NotRequired[int]
 
 
 class ConstraintEntry(TypedDict):
@@ -208,7 +214,7 @@ def copy_entry(entry: ToolCallEntry) -> ToolCallEntry:
 def fold_call(ledger: Ledger, entry: ToolCallEntry) -> None:
     """Count ``entry`` in ``ledger``: read-only successes per tool, others per tool and status."""
     name = entry["name"]
-    if entry["status"] == "succeeded" and not entry["side_effect"]:
+    if entry["status"] == "succeeded" and entry.get("side_effect", True) is False:
         ledger["aggregated"][name] = ledger["aggregated"].get(name, 0) + 1
         return
     counts = ledger["folded_calls"].setdefault(name, {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ctxgraph.nodes.compaction.identifiers import shown_verbatim
 from ctxgraph.nodes.compaction.ledger_record import (
     ConstraintEntry,
     Ledger,
@@ -31,6 +32,46 @@ def _render_call(entry: ToolCallEntry) -> str:
         line += f" idempotency_key={key}"
     if entry["error"]:
         line += f" — error: {entry['error']}"
+    return line
+
+
+def _side_effect(entry: ToolCallEntry) -> bool:
+    """Whether ``entry`` may have changed something; a call of unrecorded kind may have."""
+    return entry.get("side_effect", True) is not False
+
+
+def is_folded(entry: ToolCallEntry) -> bool:
+    """Whether ``entry`` is rendered in its tool's one line: a read-only call that succeeded.
+
+    A call whose kind is not recorded counts as a side effect and keeps a line of its own.
+    """
+    return entry["status"] == "succeeded" and not _side_effect(entry)
+
+
+def _turns(entries: Sequence[ToolCallEntry], count: int) -> str:
+    """``turns 3–17`` when every call's turn is known, else ``last in turn 17`` or nothing."""
+    known = [entry.get("turn", 0) for entry in entries if entry.get("turn", 0) > 0]
+    if not known:
+        return ""
+    first, last = min(known), max(known)
+    if len(known) < count:
+        return f", last in turn {last}"
+    return f", turn {last}" if first == last else f", turns {first}–{last}"
+
+
+def render_group(name: str, entries: Sequence[ToolCallEntry], older: int = 0) -> str:
+    """One line for a tool's read-only successes: how many, when, and the latest arguments.
+
+    ``entries`` are the tool's listed read-only successes, oldest first; ``older`` counts
+    those already folded into the ledger's ``aggregated`` counts (no turn or arguments
+    kept). A single listed call keeps its ordinary line.
+    """
+    count = len(entries) + older
+    if count == 1 and entries:
+        return _render_call(entries[0])
+    line = f"- [succeeded] {name} ×{count} (read-only){_turns(entries, count)}"
+    if entries and entries[-1]["args"]:
+        line += ", latest: " + ", ".join(f"{k}={v}" for k, v in entries[-1]["args"].items())
     return line
 
 
@@ -66,27 +107,28 @@ def _counts(counts: Mapping[str, int]) -> str:
 def render_ledger(ledger: Mapping[str, Any], *, unlisted: Mapping[str, int] | None = None) -> str:
     """The ledger as a compact text block for the model; empty for an empty ledger.
 
-    ``unlisted`` counts, per tool, successful calls left out of this rendering. Any stored
-    shape of the ledger is accepted (see ``read_ledger``).
+    Read-only successes take one line per tool (``render_group``); every other call, each
+    constraint and each artifact a line of its own; ``IDENTIFIERS`` lists those no line
+    shows verbatim. ``unlisted`` counts, per tool, successful calls left out of this
+    rendering. Any stored shape of the ledger is accepted (see ``read_ledger``).
     """
     return _render(read_ledger(ledger), unlisted)
 
 
 def _render(view: Ledger, unlisted: Mapping[str, int] | None = None) -> str:
     lines = [*_call_lines(view, unlisted), *_constraint_lines(view), *_artifact_lines(view)]
-    if view["identifiers"]:
-        lines.append("IDENTIFIERS: " + ", ".join(view["identifiers"]))
+    shown = "\n".join(lines)
+    identifiers = [item for item in view["identifiers"] if not shown_verbatim(item, shown)]
+    if identifiers:
+        lines.append("IDENTIFIERS: " + ", ".join(identifiers))
     return "\n".join(lines)
 
 
 def _call_lines(view: Ledger, unlisted: Mapping[str, int] | None) -> list[str]:
-    """The TOOL CALLS block: listed calls, then the folded and unlisted counts."""
+    """The TOOL CALLS block: listed calls and tool lines, then the folded and unlisted counts."""
     if not (view["tool_calls"] or view["aggregated"] or view["folded_calls"] or unlisted):
         return []
-    lines = ["TOOL CALLS (recorded by code, authoritative):"]
-    lines.extend(_render_call(entry) for entry in view["tool_calls"])
-    if view["aggregated"]:
-        lines.append(f"Read-only successes folded: {_counts(view['aggregated'])}")
+    lines = ["TOOL CALLS (recorded by code, authoritative):", *_listed_lines(view)]
     if view["folded_calls"]:
         folded = {
             f"{name} {status}": n
@@ -96,6 +138,39 @@ def _call_lines(view: Ledger, unlisted: Mapping[str, int] | None) -> list[str]:
         lines.append(f"Older calls in the archive (read_history): {_counts(folded)}")
     if unlisted:
         lines.append(f"Older successes not listed here (all succeeded): {_counts(unlisted)}")
+    return lines
+
+
+def _groups(calls: Sequence[ToolCallEntry]) -> dict[str, list[int]]:
+    """The indexes of each tool's read-only successes in ``calls``, oldest first."""
+    groups: dict[str, list[int]] = {}
+    for index, entry in enumerate(calls):
+        if is_folded(entry):
+            groups.setdefault(entry["name"], []).append(index)
+    return groups
+
+
+def _listed_lines(view: Ledger) -> list[str]:
+    """A line per call, except read-only successes: one line per tool, where its latest was.
+
+    Tools whose read-only successes are all folded into counts come first (they are older).
+    """
+    calls = view["tool_calls"]
+    groups = _groups(calls)
+    aggregated = view["aggregated"]
+    lines = [
+        render_group(name, [], count)
+        for name, count in aggregated.items()
+        if count > 0 and name not in groups
+    ]
+    latest = {indexes[-1]: name for name, indexes in groups.items()}
+    for index, entry in enumerate(calls):
+        if not is_folded(entry):
+            lines.append(_render_call(entry))
+        elif index in latest:
+            name = latest[index]
+            entries = [calls[i] for i in groups[name]]
+            lines.append(render_group(name, entries, aggregated.get(name, 0)))
     return lines
 
 
@@ -134,7 +209,7 @@ def _older(count: int, noun: str) -> str:
     return f"{count} older {noun}" + (" is" if count == 1 else "s are")
 
 
-_Shown = tuple[Literal["constraint", "call", "artifact", "identifier"], int]
+_Shown = tuple[Literal["constraint", "call", "group", "artifact", "identifier"], int]
 """An item a budgeted rendering lists: its kind and its index in the ledger."""
 
 
@@ -146,11 +221,12 @@ def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
     """Render the ledger within ``max_tokens``, dropping the least critical lines first.
 
     Lines are chosen newest first, in this order of priority: constraints (the one said
-    last always), non-success calls (side effects first), artifact refs, successes (side
-    effects first), then identifiers. What is left out is counted: constraints,
-    non-success calls and artifacts as being in the archive, successes per tool. Only a
-    single constraint longer than the whole budget can exceed it. The full ledger stays
-    in the state.
+    last always), non-success calls (side effects first), artifact refs, side-effect
+    successes, the one line of each tool's read-only successes (the tool used last
+    first), then identifiers. What is left out is counted: constraints, non-success
+    calls and artifacts as being in the archive, successes per tool. Only a single
+    constraint longer than the whole budget can exceed it. The full ledger stays in the
+    state.
     """
     full = read_ledger(ledger)
     floor = 1 if full["constraints"] else 0  # the constraint said last is always listed
@@ -182,13 +258,26 @@ def _candidates(full: Ledger) -> list[tuple[_Shown, str]]:
                 (("call", index), _render_call(calls[index]))
                 for index in newest
                 if (calls[index]["status"] == "succeeded") == succeeded
-                and calls[index]["side_effect"] == side_effect
+                and _side_effect(calls[index]) == side_effect
+                and not is_folded(calls[index])  # read-only successes: one line per tool
             )
+    groups = _groups(calls)
+    for index, name in enumerate(_group_names(full)):
+        entries = [calls[i] for i in groups.get(name, [])]
+        line = render_group(name, entries, full["aggregated"].get(name, 0))
+        candidates.append((("group", index), line))
     candidates.extend(
         (("identifier", index), full["identifiers"][index])
         for index in reversed(range(len(full["identifiers"])))
     )
     return candidates
+
+
+def _group_names(full: Ledger) -> list[str]:
+    """Tools with read-only successes, the one called last first; count-only tools last."""
+    groups = _groups(full["tool_calls"])
+    named = sorted(groups, key=lambda name: groups[name][-1], reverse=True)
+    return named + [n for n, count in full["aggregated"].items() if count > 0 and n not in groups]
 
 
 def _fitting(
@@ -200,9 +289,15 @@ def _fitting(
     the first ``floor`` candidates are taken whatever their size.
     """
     calls = full["tool_calls"]
-    bare: Ledger = {**full, "tool_calls": [], "constraints": [], "identifiers": []}
+    bare: Ledger = {
+        **full,
+        "tool_calls": [],
+        "aggregated": {},
+        "constraints": [],
+        "identifiers": [],
+    }
     set_artifacts(bare, [], full.get("folded_artifacts", 0) + len(listed_artifacts(full)))
-    used = count_text(_render(bare)) + COUNT_LINES_ROOM
+    used = count_text(_render(bare, full["aggregated"])) + COUNT_LINES_ROOM
     shown: list[_Shown] = []
     stopped: set[tuple[str, bool]] = set()
     for item, line in candidates:
@@ -221,15 +316,17 @@ def _fitting(
 def _render_view(full: Ledger, shown: Sequence[_Shown]) -> str:
     """``full`` rendered with only the ``shown`` items listed and the rest counted."""
     picked = set(shown)
+    names = _group_names(full)
+    tools = {name for index, name in enumerate(names) if ("group", index) in picked}
     view: Ledger = {
         **full,
         "tool_calls": [],
-        "aggregated": dict(full["aggregated"]),
+        "aggregated": {n: count for n, count in full["aggregated"].items() if n in tools},
         "folded_calls": {name: dict(counts) for name, counts in full["folded_calls"].items()},
     }
-    unlisted: dict[str, int] = {}
+    unlisted = {n: count for n, count in full["aggregated"].items() if n not in tools and count}
     for index, entry in enumerate(full["tool_calls"]):
-        if ("call", index) in picked:
+        if ("call", index) in picked or (is_folded(entry) and entry["name"] in tools):
             view["tool_calls"].append(entry)
         elif entry["status"] == "succeeded":
             unlisted[entry["name"]] = unlisted.get(entry["name"], 0) + 1

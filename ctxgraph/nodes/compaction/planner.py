@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
@@ -26,6 +26,7 @@ from ctxgraph.nodes.compaction.summarizer import Check, SummaryJob
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
+from ctxgraph.nodes.offload.unlocks import unlocked_tools
 from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize, state_key
 from ctxgraph.state.calibration import TokenCalibration
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
@@ -34,6 +35,7 @@ from ctxgraph.state.messages import is_real_user_message
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
+from ctxgraph.state.usage import CallUsage
 from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, build_record
 
 logger = logging.getLogger("ctxgraph.compaction")
@@ -61,6 +63,12 @@ class Plan:
     memory_view: str
     calibration: TokenCalibration | None = None
     """The thread's ``token_calibration``: the compacted request is measured as billed."""
+    unlocked: tuple[str, ...] = ()
+    """The built-in tools the thread has unlocked (``tools_unlocked``): the compacted
+    request still binds them, so it is measured with their schemas."""
+    discarded_usage: list[CallUsage] = field(default_factory=list, compare=False)
+    """The summary calls of stored job results discarded during this attempt, billed all
+    the same: whichever update the attempt returns takes them into ``model_usage``."""
 
     def summary(self, sections: dict[str, str]) -> SummaryRecord:
         """The summary record for candidate sections: schema version, sections, ledger."""
@@ -146,6 +154,7 @@ class CompactionPlanner:
             ledger=merged_ledger(previous, old, settings),
             memory_view=state.get("memory_view") or "",
             calibration=state.get("token_calibration"),
+            unlocked=tuple(sorted(unlocked_tools(state))),
         )
 
     def split(self, state: AgentState, settings: Settings) -> Split:
@@ -198,10 +207,15 @@ class CompactionPlanner:
         window: int | None,
     ) -> bool:
         """Whether ``kept`` plus a summary of the expected size leaves room under the triggers."""
+        # The compacted request binds what the thread has unlocked, and read_history,
+        # which a committed compaction unlocks.
+        version = int((state.get("compaction") or {}).get("version", 0)) + 1
         after: AgentState = {
             "messages": kept,
             "memory_view": state.get("memory_view") or "",
             "token_calibration": state.get("token_calibration"),
+            "compaction": {"version": version},
+            "tools_unlocked": sorted(unlocked_tools(state)),
         }
         size = self._builder.measure(self._builder.build(after, settings))
         expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
@@ -260,6 +274,7 @@ class CompactionPlanner:
                 "compaction": mark,
                 "memory_view": plan.memory_view,
                 "token_calibration": plan.calibration,
+                "tools_unlocked": list(plan.unlocked),
             },
             plan.settings,
         )

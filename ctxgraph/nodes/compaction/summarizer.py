@@ -21,6 +21,7 @@ from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.prompt_template import check_template
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.state.usage import CallUsage, call_usage
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -308,13 +309,23 @@ class SummaryWriter:
                 required={"folded"},
             )
 
-    def write(self, job: SummaryJob, settings: Settings, check: Check) -> dict[str, str]:
+    def write(
+        self,
+        job: SummaryJob,
+        settings: Settings,
+        check: Check,
+        *,
+        usage: list[CallUsage] | None = None,
+    ) -> dict[str, str]:
         """Summarize synchronously; raises ``SummaryError`` when every model fails.
 
         ``check`` returns the problems of a candidate (for example a contradiction with
-        the ledger); a candidate with problems counts as that model's failure.
+        the ledger); a candidate with problems counts as that model's failure. ``usage``,
+        when given, receives one ``CallUsage`` (role ``summary``) per answered call —
+        repair requests and answers that failed their checks included — also when the
+        write fails; a call that raised is not counted (no answer says what it cost).
         """
-        writing = self._writing(job, settings, check)
+        writing = self._writing(job, settings, check, usage)
         while (call := writing.next_call()) is not None:
             model, prompt = call
             try:
@@ -325,9 +336,16 @@ class SummaryWriter:
                 writing.answered(reply)
         return writing.sections()
 
-    async def awrite(self, job: SummaryJob, settings: Settings, check: Check) -> dict[str, str]:
+    async def awrite(
+        self,
+        job: SummaryJob,
+        settings: Settings,
+        check: Check,
+        *,
+        usage: list[CallUsage] | None = None,
+    ) -> dict[str, str]:
         """Summarize asynchronously; raises ``SummaryError`` when every model fails."""
-        writing = self._writing(job, settings, check)
+        writing = self._writing(job, settings, check, usage)
         while (call := writing.next_call()) is not None:
             model, prompt = call
             try:
@@ -338,7 +356,9 @@ class SummaryWriter:
                 writing.answered(reply)
         return writing.sections()
 
-    def _writing(self, job: SummaryJob, settings: Settings, check: Check) -> _Writing:
+    def _writing(
+        self, job: SummaryJob, settings: Settings, check: Check, usage: list[CallUsage] | None
+    ) -> _Writing:
         return _Writing(
             job,
             settings,
@@ -346,6 +366,7 @@ class SummaryWriter:
             models=self._models,
             counter=self._counter,
             template=self._prompt,
+            usage=usage,
         )
 
 
@@ -367,8 +388,10 @@ class _Writing:
         models: Sequence[BaseChatModel],
         counter: TokenCounter,
         template: str,
+        usage: list[CallUsage] | None = None,
     ) -> None:
         self._job = job
+        self._usage = usage if usage is not None else []
         self._settings = settings
         self._check = check
         self._models = models
@@ -381,6 +404,8 @@ class _Writing:
         self._failures: list[str] = []
         self._done = False
         self._repair: list[BaseMessage] | None = None
+        self._prompt_tokens: int | None = None
+        """Local tokens of ``_prompt``'s messages (reply priming left out), once counted."""
 
     def next_call(self) -> tuple[BaseChatModel, list[BaseMessage]] | None:
         """The model to call and its prompt; None once the summary is written.
@@ -394,12 +419,14 @@ class _Writing:
         if self._prompt is None:
             self._prompt, self._units = self._next_prompt()
             self._tried, self._failures = 0, []
+            self._prompt_tokens = None
         if self._tried >= len(self._models):
             raise SummaryError("; ".join(self._failures))
         return self._models[self._tried], self._repair or self._prompt
 
     def answered(self, reply: BaseMessage) -> None:
         """Take the current model's reply: the chunk is done, or that model failed."""
+        self._measure(reply)
         try:
             sections = _accept(reply, self._check)
         except MissingSectionsError as error:
@@ -418,6 +445,29 @@ class _Writing:
         _recovered(self._failures)
         self._prompt = None
         self._done = not self._units
+
+    def _measure(self, reply: BaseMessage) -> None:
+        """Note what the call that ``reply`` answers cost (reported, else counted here)."""
+        counter = self._counter
+        self._usage.append(
+            call_usage(
+                "summary",
+                reply,
+                local_input=self._sent_tokens,
+                local_output=lambda: counter.count_message(reply),
+            )
+        )
+
+    def _sent_tokens(self) -> int:
+        """Local tokens of the request just answered, as ``count_messages`` counts them.
+
+        The chunk's prompt is counted once, however many models and repairs it goes to.
+        """
+        prompt = self._prompt or []
+        if self._prompt_tokens is None:
+            self._prompt_tokens = sum(self._counter.count_message(m) for m in prompt)
+        extra = (self._repair or prompt)[len(prompt) :]
+        return self._prompt_tokens + self._counter.count_messages(extra)
 
     def failed(self, error: Exception) -> None:
         """Note the current model's failure; the next call goes to the next model."""

@@ -27,9 +27,11 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import ValidationError
 
-from ctxgraph.nodes.memory.filter import render_rows
+from ctxgraph.nodes.memory.filter import USER, render_rows
 from ctxgraph.state.context import Context
 from ctxgraph.state.prompt_template import check_template
+from ctxgraph.state.tokens import TokenCounter, message_text
+from ctxgraph.state.usage import CallUsage, call_usage
 from ctxgraph.store.memory.repository import (
     CANDIDATES,
     Decision,
@@ -53,20 +55,18 @@ EXTRACTION_SYSTEM = (
 EXTRACTION_PROMPT = """Read the NEW conversation below and propose durable facts about the user.
 
 Rules:
-- Extract only from <new_conversation>. <existing_profile> and <existing_facts> are for \
-comparison only: do not repeat them unless the user changed or confirmed them.
+- Extract only from <new_conversation>. <existing_profile> and <existing_facts> (the \
+stored facts related to it) are for comparison only: repeat one only if the user changed \
+or confirmed it, under its key.
 - An empty list is a fine answer. Most turns contain nothing worth remembering.
-- Label every candidate:
-  scope: "user" (true about the user anywhere), "thread" (only this conversation) or \
-"project" (about the current project or repository);
-  durability: "durable" (will still hold in future sessions) or "temporary";
-  authority: "descriptive" (describes the user or project) or "transactional" (grants \
-permission or asks for an action, e.g. "you may push", "delete the files");
-  category: preference, context, goal or correction (the user correcting an earlier fact).
-- key: a short snake_case name of the single attribute the fact sets (e.g. \
-preferred_language), so a later value replaces it.
-- evidence_message_id and evidence_text: the id of the user message and a verbatim quote \
-from it that supports the fact.
+- scope: "user" (true about the user anywhere), "thread" (only this conversation) or \
+"project" (the current project or repository). durability: "durable" (holds in future \
+sessions) or "temporary". authority: "descriptive" or "transactional" (grants permission \
+or asks for an action, e.g. "you may push", "delete the files"). category: preference, \
+context, goal or correction (the user correcting an earlier fact).
+- key: short snake_case name of the single attribute the fact sets (e.g. \
+preferred_language); a later value replaces it.
+- evidence_message_id, evidence_text: the user message's id and a verbatim quote from it.
 
 <existing_profile>
 {profile}
@@ -87,12 +87,81 @@ EXTRACTION_PLACEHOLDERS = frozenset({"profile", "facts", "conversation"})
 MEMORY_TAGS = [TAG_NOSTREAM, "ctxgraph:memory"]
 """Tags of extraction calls: LangGraph does not stream ``nostream`` calls to the user."""
 
-MEMORY_UPDATE_TOOL = convert_to_openai_tool(MemoryUpdate)
-"""The ``MemoryUpdate`` tool schema, converted once.
+EXTRACTION_FACTS = 16
+"""Most stored facts an extraction prompt shows as ``<existing_facts>``.
+
+The facts are those of ``MemoryRepository.memory_candidates`` for the user's new text
+(BM25, plus semantic neighbours when the Store has an index), best match first, then the
+most confident corrections and facts. A turn rarely touches more than a few attributes,
+so the facts it restates or corrects rank among the first matches; sixteen leave room for
+several such facts and their neighbours at about 30 tokens each (under 500 tokens in
+all), where the whole list grew with every fact stored. A memory with at most this many
+facts is shown whole. Correction still works beyond the cap: a candidate under an
+existing key replaces that fact whether or not it was shown.
+"""
+
+_SHORT_DESCRIPTIONS: dict[str, str] = {
+    "MemoryUpdate": "Durable facts and profile updates from the new messages; [] when none.",
+    "key": "snake_case attribute; a new value under the same key replaces the old one",
+    "authority": "transactional: grants permission or asks for an action",
+    "confidence": "0..1",
+    "evidence_message_id": "id of the user message",
+    "evidence_text": "verbatim quote from it",
+    "section": "top_of_mind replaces the previous one",
+}
+"""The compact schema's descriptions; a field not named here has none (its name and enum
+say what it means, and the extraction prompt explains the labels)."""
+
+_SCHEMA_KEYS = ("type", "enum", "properties", "items", "required")
+"""What the compact schema keeps of the Pydantic one: types, enums, nesting, required.
+
+Titles, ``additionalProperties``, lengths, bounds and the key pattern are dropped: every
+reply is validated against ``MemoryUpdate`` here, which enforces them (and turns a key
+into snake_case) whatever the provider makes of the schema."""
+
+
+def _compact(schema: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    """``schema`` with only ``_SCHEMA_KEYS`` and the short description of ``name``."""
+    out: dict[str, Any] = {}
+    if name in _SHORT_DESCRIPTIONS:
+        out["description"] = _SHORT_DESCRIPTIONS[name]
+    for key in _SCHEMA_KEYS:
+        if key not in schema:
+            continue
+        value = schema[key]
+        if key == "properties":
+            value = {field: _compact(sub, field) for field, sub in value.items()}
+        elif key == "items":
+            value = _compact(value)
+        out[key] = value
+    return out
+
+
+def compact_tool(model: type[MemoryUpdate] = MemoryUpdate) -> dict[str, Any]:
+    """The OpenAI tool schema of ``model``, as short as its meaning allows.
+
+    Same name, fields, enums and required lists as ``convert_to_openai_tool(model)``
+    (nested models are inlined, as there); short descriptions only.
+    """
+    full = convert_to_openai_tool(model)["function"]
+    name = full["name"]
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": _SHORT_DESCRIPTIONS.get(name, full.get("description", "")),
+            "parameters": _compact(full["parameters"]),
+        },
+    }
+
+
+MEMORY_UPDATE_TOOL = compact_tool()
+"""The ``MemoryUpdate`` tool schema the memory model is given, built once (``compact_tool``).
 
 ``with_structured_output`` given the Pydantic class converts it to JSON schema again on
-every call (for the run's tracing metadata), which costs more than a millisecond; given
-this dict, the provider receives the same tool and the reply is validated here.
+every call (for the run's tracing metadata), which costs more than a millisecond, and
+sends every field's long description; given this dict, the provider receives the compact
+tool and the reply is validated here against ``MemoryUpdate``.
 """
 
 KnownFact = Mapping[str, str]
@@ -114,11 +183,47 @@ class ExtractionResult:
     """The profile after this extraction's updates; None when none was stored."""
     skipped: str | None = None
     """Why nothing was read from the reply (no tool call and no JSON); None when it was."""
+    usage: CallUsage | None = None
+    """What the memory model call cost: provider-reported, else counted locally."""
 
 
 def known_facts(facts: Sequence[Fact]) -> list[dict[str, str]]:
     """Facts as the extraction prompt shows them, in the order given."""
     return [{"key": f.key, "content": f.content, "category": f.category} for f in facts]
+
+
+def fact_query(rows: Sequence[Mapping[str, str]]) -> str:
+    """The text the related stored facts are ranked against: the user rows' text.
+
+    Only the user's words: every fact is quoted from a user message, so what it restates
+    or corrects is said there; the assistant's answers would only dilute the ranking.
+    """
+    return "\n".join(row["content"] for row in rows if row.get("role") == USER)
+
+
+def relevant_facts(
+    repository: MemoryRepository,
+    context: Context,
+    rows: Sequence[Mapping[str, str]],
+    limit: int = EXTRACTION_FACTS,
+) -> list[Fact]:
+    """The stored facts an extraction over ``rows`` compares with, at most ``limit``.
+
+    ``memory_candidates`` for the user rows' text (the memory view's index and ranker):
+    the best matches first, then the most confident corrections and facts.
+    """
+    return repository.memory_candidates(context, fact_query(rows), limit=limit)[:limit]
+
+
+async def arelevant_facts(
+    repository: MemoryRepository,
+    context: Context,
+    rows: Sequence[Mapping[str, str]],
+    limit: int = EXTRACTION_FACTS,
+) -> list[Fact]:
+    """Async :func:`relevant_facts`."""
+    found = await repository.amemory_candidates(context, fact_query(rows), limit=limit)
+    return found[:limit]
 
 
 def check_extraction_prompt(template: object) -> str:
@@ -164,12 +269,16 @@ class ExtractionPrompt:
         profile: Mapping[str, str],
         known: Sequence[KnownFact],
     ) -> list[BaseMessage]:
-        """The messages of one extraction call over ``rows``."""
+        """The messages of one extraction call over ``rows``.
+
+        The profile shows its non-empty sections only (``(empty)`` when none has text).
+        """
+        written = {section: text for section, text in profile.items() if text}
         return [
             SystemMessage(content=EXTRACTION_SYSTEM),
             HumanMessage(
                 content=self.template.format(
-                    profile=json.dumps(dict(profile), ensure_ascii=False) if profile else "(empty)",
+                    profile=json.dumps(written, ensure_ascii=False) if written else "(empty)",
                     facts=json.dumps([dict(f) for f in known], ensure_ascii=False)
                     if known
                     else "(none)",
@@ -222,9 +331,18 @@ class MemoryExtractor:
 
     ``prompt`` (a template, or an ``ExtractionPrompt``) replaces ``EXTRACTION_PROMPT``;
     a template is checked here, so a graph refuses a bad one when it is built.
+    ``counter`` counts a call's tokens when the provider reports none (None: tiktoken);
+    ``fact_limit`` caps the stored facts a prompt shows (``EXTRACTION_FACTS``).
     """
 
-    def __init__(self, model: BaseChatModel, prompt: ExtractionPrompt | str | None = None) -> None:
+    def __init__(
+        self,
+        model: BaseChatModel,
+        prompt: ExtractionPrompt | str | None = None,
+        *,
+        counter: TokenCounter | None = None,
+        fact_limit: int = EXTRACTION_FACTS,
+    ) -> None:
         self.model = model
         """The memory model (named in the warning when its call fails)."""
         if prompt is None:
@@ -233,6 +351,11 @@ class MemoryExtractor:
             prompt = ExtractionPrompt(prompt)
         self.prompt = prompt
         """The prompt of every extraction call."""
+        self.counter = counter or TokenCounter()
+        """Counts a call locally when its reply reports no usage."""
+        self.fact_limit = fact_limit
+        """Most stored facts a prompt shows."""
+        self._tool_tokens: int | None = None
         self._steps = _model_and_parser(
             model.with_structured_output(MEMORY_UPDATE_TOOL, method="function_calling")
         )
@@ -242,30 +365,53 @@ class MemoryExtractor:
                 MEMORY_UPDATE_TOOL, method="function_calling", include_raw=True
             )
 
-    def _ask(self, prompt: list[BaseMessage]) -> MemoryUpdate | str:
-        """One call of the memory model: its ``MemoryUpdate``, or why there is none."""
+    def _ask(self, prompt: list[BaseMessage]) -> tuple[MemoryUpdate | str, CallUsage]:
+        """One call of the memory model: its ``MemoryUpdate`` (or why there is none) and cost."""
         if self._steps is None:
             assert self._with_raw is not None
-            return _read_raw(self._with_raw.invoke(prompt, memory_config()))
+            result = self._with_raw.invoke(prompt, memory_config())
+            return _read_raw(result), self._usage(prompt, _raw_of(result))
         call, parser = self._steps
-        return _read(parser, call.invoke(prompt, memory_config()))
+        reply = call.invoke(prompt, memory_config())
+        return _read(parser, reply), self._usage(prompt, reply)
 
-    async def _aask(self, prompt: list[BaseMessage]) -> MemoryUpdate | str:
+    async def _aask(self, prompt: list[BaseMessage]) -> tuple[MemoryUpdate | str, CallUsage]:
         """Async :meth:`_ask`."""
         if self._steps is None:
             assert self._with_raw is not None
-            return _read_raw(await self._with_raw.ainvoke(prompt, memory_config()))
+            result = await self._with_raw.ainvoke(prompt, memory_config())
+            return _read_raw(result), self._usage(prompt, _raw_of(result))
         call, parser = self._steps
-        return _read(parser, await call.ainvoke(prompt, memory_config()))
+        reply = await call.ainvoke(prompt, memory_config())
+        return _read(parser, reply), self._usage(prompt, reply)
 
-    def _skipped(self, reason: str) -> ExtractionResult:
+    def tool_tokens(self) -> int:
+        """Tokens of the ``MemoryUpdate`` tool schema as bound (counted once)."""
+        if self._tool_tokens is None:
+            self._tool_tokens = self.counter.count_tools([MEMORY_UPDATE_TOOL])
+        return self._tool_tokens
+
+    def _usage(self, prompt: list[BaseMessage], reply: Any) -> CallUsage:
+        """The call's usage: the provider's report on ``reply``, else counted here."""
+
+        def sent() -> int:
+            return self.counter.count_messages(prompt) + self.tool_tokens()
+
+        def answered() -> int:
+            if isinstance(reply, BaseMessage):
+                return self.counter.count_text(message_text(reply))
+            return self.counter.count_text(reply) if isinstance(reply, str) else 0
+
+        return call_usage("memory", reply, local_input=sent, local_output=answered)
+
+    def _skipped(self, reason: str, usage: CallUsage) -> ExtractionResult:
         """The empty result of an unreadable reply, logged once with its reason."""
         logger.warning(
             "memory extraction skipped (memory model %s): %s",
             getattr(self.model, "model_name", None) or type(self.model).__name__,
             reason,
         )
-        return ExtractionResult(skipped=reason)
+        return ExtractionResult(skipped=reason, usage=usage)
 
     def extract(
         self,
@@ -280,18 +426,20 @@ class MemoryExtractor:
     ) -> ExtractionResult:
         """Ask the model once and store what the rules accept.
 
-        ``profile`` and ``facts`` (as :func:`known_facts` shows them) are what this turn
-        already read from the Store; each one not given is read here.
+        ``profile`` and ``facts`` (every stored fact, as :func:`known_facts` shows them)
+        are what this turn already read from the Store; the profile not given is read
+        here, and the facts are ranked here (:func:`relevant_facts`) unless given and at
+        most ``fact_limit``.
         """
         if profile is None:
             profile = repository.get_profile(context)
-        if facts is None:
-            facts = known_facts(repository.list_facts(context))
+        if facts is None or len(facts) > self.fact_limit:
+            facts = known_facts(relevant_facts(repository, context, rows, self.fact_limit))
         prompt = self.prompt.messages(rows, profile, facts)
-        update = self._ask(prompt)
+        update, usage = self._ask(prompt)
         if isinstance(update, str):
-            return self._skipped(update)
-        result = ExtractionResult()
+            return self._skipped(update, usage)
+        result = ExtractionResult(usage=usage)
         for candidate, decision in _decide(update, rows, context, threshold, result):
             if isinstance(candidate, FactCandidate):
                 fact = repository.remember(context, candidate, decision, thread_id=thread_id)
@@ -316,13 +464,14 @@ class MemoryExtractor:
         """Async :meth:`extract`."""
         if profile is None:
             profile = await repository.aget_profile(context)
-        if facts is None:
-            facts = known_facts(await repository.alist_facts(context))
+        if facts is None or len(facts) > self.fact_limit:
+            found = await arelevant_facts(repository, context, rows, self.fact_limit)
+            facts = known_facts(found)
         prompt = self.prompt.messages(rows, profile, facts)
-        update = await self._aask(prompt)
+        update, usage = await self._aask(prompt)
         if isinstance(update, str):
-            return self._skipped(update)
-        result = ExtractionResult()
+            return self._skipped(update, usage)
+        result = ExtractionResult(usage=usage)
         for candidate, decision in _decide(update, rows, context, threshold, result):
             if isinstance(candidate, FactCandidate):
                 fact = await repository.aremember(context, candidate, decision, thread_id=thread_id)
@@ -398,6 +547,13 @@ def _read_raw(result: Any) -> MemoryUpdate | str:
         except _UNREADABLE as error:
             problem = f"invalid MemoryUpdate arguments ({_first_line(error)})"
     return _from_text(_text_of(result["raw"]), problem)
+
+
+def _raw_of(result: Any) -> Any:
+    """The model's own reply inside ``include_raw=True``'s dict (or the result itself)."""
+    if isinstance(result, dict) and "raw" in result:
+        return result["raw"]
+    return result
 
 
 def _text_of(reply: Any) -> str:

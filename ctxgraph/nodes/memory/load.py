@@ -11,6 +11,7 @@ from langgraph.runtime import Runtime
 
 from ctxgraph.nodes.memory.extract import handover
 from ctxgraph.nodes.memory.render import render_view
+from ctxgraph.nodes.memory.selection import select_view_facts, view_clock
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
@@ -38,7 +39,11 @@ class MemoryLoader:
 
     ``repositories`` gives the repository of the run's Store (with the graph's ranker,
     which orders the view's matches); ``counter`` measures the view against
-    ``memory_budget`` (the graph's ``TokenCounter``; None counts with tiktoken).
+    ``memory_budget`` (the graph's ``TokenCounter``; None counts with tiktoken). In auto
+    mode the view carries the facts ``select_view_facts`` keeps for the turn's query
+    (``memory_view_min_score``, ``memory_view_max_facts``), ranked with ages taken at the
+    start of the UTC day (``view_clock``), so the view's text does not change within a day
+    unless the facts or the query do. Extraction is handed every candidate read.
     """
 
     def __init__(
@@ -70,9 +75,15 @@ class MemoryLoader:
     def _render(
         self, profile: dict[str, str], facts: list[Fact], settings: Settings
     ) -> dict[str, Any]:
+        """The view of ``profile`` and the candidates ``facts`` chosen for this turn."""
+        chosen = select_view_facts(
+            facts,
+            min_score=settings.memory_view_min_score,
+            max_facts=settings.memory_view_max_facts,
+        )
         view = render_view(
             profile,
-            facts,
+            chosen,
             mode=settings.memory_mode,
             budget=settings.memory_budget,
             correction_budget=settings.correction_budget,
@@ -88,7 +99,10 @@ class MemoryLoader:
         context, settings, repository, query = job
         auto = settings.memory_mode == "auto"
         age_from = settings.memory_age_from
-        facts = repository.memory_candidates(context, query, age_from=age_from) if auto else []
+        now = view_clock()
+        facts = (
+            repository.memory_candidates(context, query, now=now, age_from=age_from) if auto else []
+        )
         profile = repository.get_profile(context)
         # Extraction reuses what was read here (the run's untracked memory_turn channel).
         view = self._render(profile, facts, settings)
@@ -102,8 +116,11 @@ class MemoryLoader:
         context, settings, repository, query = job
         auto = settings.memory_mode == "auto"
         age_from = settings.memory_age_from
+        now = view_clock()
         facts = (
-            await repository.amemory_candidates(context, query, age_from=age_from) if auto else []
+            await repository.amemory_candidates(context, query, now=now, age_from=age_from)
+            if auto
+            else []
         )
         profile = await repository.aget_profile(context)
         view = self._render(profile, facts, settings)

@@ -4,6 +4,10 @@ Each turn reads the Store as little as it can. ``load_memory`` hands the profile
 when they are complete, the facts) it read to extraction through the run's untracked
 ``memory_turn`` channel; without it, extraction reads the profile and the processed-ids
 record in one Store batch. A flush hands the processed ids on to the end of the turn.
+
+With ``extraction_gate`` on, rows whose user text has no fact cue (``memory.gate``) are
+marked processed without calling the memory model (``memory.skipped``); each call adds
+its usage to ``model_usage`` and emits ``memory.extracted`` (``memory.events``).
 """
 
 from __future__ import annotations
@@ -19,14 +23,17 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.nodes.compaction.planner import CompactionPlanner
+from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import MEMORY_TURN_KEY, ExtractionResult, MemoryExtractor
-from ctxgraph.nodes.memory.filter import filter_for_memory, has_user_rows
+from ctxgraph.nodes.memory.filter import USER, filter_for_memory, has_user_rows
+from ctxgraph.nodes.memory.gate import gate_reason
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.usage import event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository
@@ -34,6 +41,31 @@ from ctxgraph.store.memory.repository import MemoryRepository
 logger = logging.getLogger("ctxgraph.memory")
 
 Row = dict[str, str]
+
+USAGE_KEY = "model_usage"
+"""State key of the per-role usage totals an extraction adds its call to."""
+
+
+def extraction_event(
+    job: MemoryJob, rows: Sequence[Row], result: ExtractionResult
+) -> dict[str, Any]:
+    """Emit ``memory.extracted`` for one call over ``rows``: its usage and what it wrote."""
+    fields: dict[str, Any] = {
+        "at": job.at,
+        "rows": len(rows),
+        "facts": len(result.stored),
+        "profile_sections": len(result.profile_sections),
+        "rejected": len(result.rejected),
+        "unreadable": result.skipped,
+    }
+    if result.usage is not None:
+        fields.update(event_fields(result.usage))
+    return events.emit("extracted", job.thread_id, **fields)
+
+
+def usage_of(result: ExtractionResult) -> dict[str, Any]:
+    """The ``model_usage`` update of an extraction (empty when it reported no usage)."""
+    return {USAGE_KEY: usage_update(result.usage)} if result.usage is not None else {}
 
 
 @dataclass(frozen=True)
@@ -61,6 +93,11 @@ class MemoryJob:
     def new_rows(self, progress: Progress) -> list[Row]:
         """Filtered rows not yet handed to extraction by any path."""
         return progress.unread(self.rows, among=self.among)
+
+    @property
+    def at(self) -> str:
+        """``flush`` before a compaction, ``turn`` at the end of a turn."""
+        return "turn" if self.among is None else "flush"
 
 
 class MemoryNodes:
@@ -125,20 +162,22 @@ class MemoryNodes:
     def extract_turn(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
-        """After the final answer: extract from what the turn added."""
+        """After the final answer: extract from what the turn added (and add its usage)."""
         job = self._job(state, runtime, config, folding=False)
-        if job is not None:
-            self._run(job)
-        return {}
+        if job is None:
+            return {}
+        update = self._run(job)
+        return {USAGE_KEY: update[USAGE_KEY]} if USAGE_KEY in update else {}
 
     async def aextract_turn(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Async :meth:`extract_turn`."""
         job = self._job(state, runtime, config, folding=False)
-        if job is not None:
-            await self._arun(job)
-        return {}
+        if job is None:
+            return {}
+        update = await self._arun(job)
+        return {USAGE_KEY: update[USAGE_KEY]} if USAGE_KEY in update else {}
 
     def flush(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
@@ -155,7 +194,7 @@ class MemoryNodes:
         return await self._arun(job) if job is not None else {}
 
     def _run(self, job: MemoryJob) -> dict[str, Any]:
-        """Extract the job's new rows; returns the ``memory_turn`` update for later nodes."""
+        """Extract the job's new rows; returns the ``memory_turn`` (and usage) update."""
         plan = _Plan(job)
         if not plan.candidates:
             return {}
@@ -164,6 +203,7 @@ class MemoryNodes:
         rows = plan.new_rows()
         if not rows:
             return plan.update()
+        usage: dict[str, Any] = {}
         if plan.inline(rows):
             try:
                 result = self._extractor.extract(rows, **plan.extraction())
@@ -171,8 +211,10 @@ class MemoryNodes:
                 self._warn(error)
                 return plan.failed()
             plan.extracted(result)
+            extraction_event(job, rows, result)
+            usage = usage_of(result)
         job.store.batch(plan.writes(rows))
-        return plan.update()
+        return {**plan.update(), **usage}
 
     async def _arun(self, job: MemoryJob) -> dict[str, Any]:
         """Async :meth:`_run`."""
@@ -184,6 +226,7 @@ class MemoryNodes:
         rows = plan.new_rows()
         if not rows:
             return plan.update()
+        usage: dict[str, Any] = {}
         if plan.inline(rows):
             try:
                 result = await self._extractor.aextract(rows, **plan.extraction())
@@ -191,8 +234,10 @@ class MemoryNodes:
                 self._warn(error)
                 return plan.failed()
             plan.extracted(result)
+            extraction_event(job, rows, result)
+            usage = usage_of(result)
         await job.store.abatch(plan.writes(rows))
-        return plan.update()
+        return {**plan.update(), **usage}
 
     def _warn(self, error: Exception) -> None:
         """Log one line naming the role, endpoint and cause; the turn goes on."""
@@ -216,6 +261,8 @@ class _Plan:
         self.job = job
         self.candidates = job.candidates()
         self.deferred = job.settings.memory_extraction == "deferred"
+        self.gate = job.settings.extraction_gate
+        self._gated: set[tuple[str, ...]] = set()
         self.repository = MemoryRepository(job.store)
         self.queue = MemoryQueue(job.store)
         value = job.turn or {}
@@ -245,7 +292,7 @@ class _Plan:
             rows = self.candidates if self.job.among is None else ()
         else:
             rows = self.new_rows()
-        if has_user_rows(rows):
+        if self.wanted(rows, announce=False):
             if self.deferred and not self._queue_read:
                 ops.append(self.queue.get_op(self.job.thread_id))
                 self._reads.append("queue")
@@ -271,9 +318,30 @@ class _Plan:
         """Rows not yet handed to extraction by any path."""
         return self.job.new_rows(self.progress or Progress())
 
+    def wanted(self, rows: Sequence[Row], *, announce: bool = True) -> bool:
+        """True if the memory model should see ``rows``: user text the gate lets through.
+
+        With ``extraction_gate`` on, user rows with no fact cue are kept from the model
+        (they are still marked processed); ``announce`` emits ``memory.skipped`` once for
+        them.
+        """
+        if not has_user_rows(rows):
+            return False
+        if not self.gate:
+            return True
+        reason = gate_reason(rows)
+        if reason is None:
+            return True
+        ids = tuple(row["id"] for row in rows)
+        if announce and ids not in self._gated:
+            self._gated.add(ids)
+            users = sum(row["role"] == USER for row in rows)
+            events.emit("skipped", self.job.thread_id, at=self.job.at, reason=reason, rows=users)
+        return False
+
     def inline(self, rows: Sequence[Row]) -> bool:
-        """True if ``rows`` go to the memory model now (they hold user text, not deferred)."""
-        return not self.deferred and has_user_rows(rows)
+        """True if ``rows`` go to the memory model now (wanted, not deferred)."""
+        return self.wanted(rows) and not self.deferred
 
     def extraction(self) -> dict[str, Any]:
         """Arguments of ``MemoryExtractor.extract`` besides the rows."""
@@ -303,7 +371,7 @@ class _Plan:
         """The Store writes that finish the job: the queue item (deferred), the processed ids."""
         job = self.job
         ops: list[PutOp] = []
-        if self.deferred and has_user_rows(rows):
+        if self.deferred and self.wanted(rows):
             pending = self.queue.pending(job.thread_id, job.context, rows, self.waiting)
             ops.append(self.queue.put_op(pending))
         self.progress = (self.progress or Progress()).marked(row["id"] for row in rows)

@@ -8,9 +8,11 @@ from datetime import datetime
 
 from langgraph.store.base import BaseStore
 
+from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import ExtractionResult, MemoryExtractor
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.usage import UsageTotals, add_usage, event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages
 from ctxgraph.store.memory.queue import MemoryQueue, PendingExtraction
 from ctxgraph.store.memory.repository import RepositoryFactory
@@ -61,7 +63,36 @@ def process_pending(
         ProcessedMessages(store, item.thread_id).add(row["id"] for row in item.rows)
         queue.done(item)
         processed.append((item, result))
+        _log_extraction(item, result)
     return processed
+
+
+def _log_extraction(item: PendingExtraction, result: ExtractionResult) -> None:
+    """Log ``memory.extracted`` for a queue item: the call's usage and what it wrote.
+
+    The worker runs outside the thread's runs, so the usage is logged, not added to the
+    thread's ``model_usage``.
+    """
+    fields: dict[str, object] = {
+        "at": "deferred",
+        "rows": len(item.rows),
+        "facts": len(result.stored),
+        "profile_sections": len(result.profile_sections),
+        "rejected": len(result.rejected),
+        "unreadable": result.skipped,
+    }
+    if result.usage is not None:
+        fields.update(event_fields(result.usage))
+    events.emit("extracted", item.thread_id, **fields)
+
+
+def processed_usage(processed: Processed) -> UsageTotals:
+    """The memory model's usage over ``processed``, as ``model_usage`` totals."""
+    totals: UsageTotals = {}
+    for _, result in processed:
+        if result.usage is not None:
+            totals = add_usage(totals, usage_update(result.usage))
+    return totals
 
 
 def worker_from_env(

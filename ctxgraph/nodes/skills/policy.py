@@ -13,7 +13,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from ctxgraph.nodes.settings import settings_for
 from ctxgraph.nodes.skills.slash import slash_command
 from ctxgraph.nodes.skills.sources import SkillSources
-from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult
+from ctxgraph.nodes.tools.wrappers import RefusalGate, error_result
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.skills import Skill, SkillSnapshot
 
@@ -108,7 +108,7 @@ def refusal(request: ToolCallRequest, policy: ToolPolicy, tool_names: Collection
     )
 
 
-class SkillPolicyGate:
+class SkillPolicyGate(RefusalGate):
     """A tool wrapper that refuses calls the active skills' policy does not allow.
 
     With ``Settings.skill_policy == "advisory"`` a disallowed call is logged and runs.
@@ -135,19 +135,4 @@ class SkillPolicyGate:
             logger.warning("skill policy (advisory): %s; running it anyway", text)
             return None
         logger.info("skill policy refused %r: %s", name, policy.reason)
-        return ToolMessage(
-            content=text,
-            tool_call_id=request.tool_call["id"] or "",
-            name=name,
-            status="error",
-        )
-
-    def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
-        """Refuse a disallowed call, else run it."""
-        refused = self._refusal(request)
-        return refused if refused is not None else execute(request)
-
-    async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
-        """Async :meth:`wrap`."""
-        refused = self._refusal(request)
-        return refused if refused is not None else await execute(request)
+        return error_result(request, name, text)

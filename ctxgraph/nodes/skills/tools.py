@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
@@ -38,19 +38,13 @@ MAX_LINES = 1_000
 MAX_LINE_CHARS = 2_000
 
 LOAD_DESCRIPTION = (
-    "Load a skill's full instructions by its exact name (as listed under 'Skills you can "
-    "use'). Returns the instructions, their SHA-256 and the skill's supporting files. "
-    "Loading marks the skill active, so its instructions are kept for the rest of the thread."
+    "Load a listed skill's instructions and file list by its exact `name`; it stays "
+    "active for the thread."
 )
 READ_DESCRIPTION = (
-    "Read a supporting file of a skill (a path listed by load_skill, relative to the "
-    "skill's folder) as numbered lines from `offset`, at most `limit` lines."
+    "Read a skill's supporting file (`path` as load_skill lists it) as numbered lines from "
+    "`offset`."
 )
-
-SkillName = Annotated[str, "The skill's exact name, e.g. read-only-research."]
-FilePath = Annotated[str, "A path relative to the skill's folder, e.g. references/guide.md."]
-Offset = Annotated[int, "0-based line to start at: 0, or the next offset a page named."]
-Limit = Annotated[int, f"How many lines to show, 1-{MAX_LINES}; the token cap may stop earlier."]
 
 
 class SkillTools:
@@ -68,13 +62,13 @@ class SkillTools:
             raise ValueError(unknown_skill(name, snapshot))
         return skill, settings
 
-    def load(self, runtime: ToolRuntime[Context], name: SkillName) -> Command[Any]:
+    def load(self, runtime: ToolRuntime[Context], name: str) -> Command[Any]:
         """Load a skill's body and record it as active."""
         skill, settings = self._skill(runtime, name)
         files = list_skill_files(skill, runtime.store)
         return self._loaded(runtime, skill, files, settings)
 
-    async def aload(self, runtime: ToolRuntime[Context], name: SkillName) -> Command[Any]:
+    async def aload(self, runtime: ToolRuntime[Context], name: str) -> Command[Any]:
         """Async :meth:`load`."""
         skill, settings = self._skill(runtime, name)
         files = await alist_skill_files(skill, runtime.store)
@@ -102,10 +96,10 @@ class SkillTools:
     def read(
         self,
         runtime: ToolRuntime[Context],
-        name: SkillName,
-        path: FilePath,
-        offset: Offset = 0,
-        limit: Limit = 200,
+        name: str,
+        path: str,
+        offset: int = 0,
+        limit: int = 200,
     ) -> str:
         """Read a page of a skill's supporting file."""
         skill, _ = self._skill(runtime, name)
@@ -114,10 +108,10 @@ class SkillTools:
     async def aread(
         self,
         runtime: ToolRuntime[Context],
-        name: SkillName,
-        path: FilePath,
-        offset: Offset = 0,
-        limit: Limit = 200,
+        name: str,
+        path: str,
+        offset: int = 0,
+        limit: int = 200,
     ) -> str:
         """Async :meth:`read`."""
         skill, _ = self._skill(runtime, name)

@@ -1,4 +1,9 @@
-"""The nodes of a child graph: its state, its model step and where each step goes next."""
+"""The nodes of a child graph: its state, its model step and where each step goes next.
+
+Each model call of a child adds what it cost to the child's ``model_usage`` under the
+role ``subagent`` (nested children's totals come back the same way); the ``subagent``
+node hands those totals to the parent's ``model_usage`` when the child ends.
+"""
 
 from __future__ import annotations
 
@@ -16,13 +21,19 @@ from ctxgraph.nodes.subagents.record import model_update
 from ctxgraph.nodes.subagents.stop import check_stop
 from ctxgraph.state.delegations import DelegationRecord, merge_delegations
 from ctxgraph.state.messages import sanitized_message
+from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.state.usage import UsageTotals, add_usage, call_usage, usage_update
+
+_COUNTER = TokenCounter(max_entries=2_000)
+"""Counts a child's request and answer when its provider reports no usage."""
 
 
 class ChildState(TypedDict):
-    """A child's checkpointed state: its own transcript, and its own delegations."""
+    """A child's checkpointed state: its transcript, its delegations and what its calls cost."""
 
     messages: Annotated[list[AnyMessage], add_messages]
     delegations: NotRequired[Annotated[DelegationRecord, merge_delegations]]
+    model_usage: NotRequired[Annotated[UsageTotals, add_usage]]
 
 
 class ChildModel:
@@ -35,26 +46,43 @@ class ChildModel:
         self._bound: Runnable[LanguageModelInput, BaseMessage] = (
             model.bind_tools(list(tools)) if tools else model
         )
+        self._tools = list(tools)
+        self._tool_tokens: int | None = None
         self._delegates = delegates
 
-    def _update(self, reply: BaseMessage) -> dict[str, Any]:
+    def _update(self, reply: BaseMessage, request: list[AnyMessage]) -> dict[str, Any]:
         if not isinstance(reply, AIMessage):
             raise TypeError(f"a subagent's model returned {type(reply).__name__}, not an AIMessage")
         reply = sanitized_message(reply)  # storable in the child's checkpoint
         extra = model_update(reply, []) if self._delegates else {}
-        return {"messages": [reply], **extra}
+        answer = reply
+        usage = call_usage(
+            "subagent",
+            reply,
+            local_input=lambda: _COUNTER.count_messages(request) + self._tools_tokens(),
+            local_output=lambda: _COUNTER.count_message(answer),
+        )
+        return {"messages": [reply], **extra, "model_usage": usage_update(usage)}
+
+    def _tools_tokens(self) -> int:
+        """Tokens of the bound tools' schemas, counted once (for local usage counts)."""
+        if self._tool_tokens is None:
+            self._tool_tokens = _COUNTER.count_tools(self._tools)
+        return self._tool_tokens
 
     def invoke(self, state: ChildState, runtime: Any, config: RunnableConfig) -> dict[str, Any]:
         """Synchronous model call (refused once the child was told to stop)."""
         check_stop(config)
-        return self._update(self._bound.invoke(state["messages"], config))
+        request = state["messages"]
+        return self._update(self._bound.invoke(request, config), request)
 
     async def ainvoke(
         self, state: ChildState, runtime: Any, config: RunnableConfig
     ) -> dict[str, Any]:
         """Asynchronous model call (refused once the child was told to stop)."""
         check_stop(config)
-        return self._update(await self._bound.ainvoke(state["messages"], config))
+        request = state["messages"]
+        return self._update(await self._bound.ainvoke(request, config), request)
 
 
 def route_start(state: ChildState) -> Literal["model", "tools", "done"]:

@@ -3,8 +3,9 @@
 Each ``task`` call is its own node task (see ``route``), so each child checkpoints in a
 namespace of its own under the parent's thread, and one child failing or timing out never
 stops its siblings. The node writes only a ``ToolMessage`` (through ``add_messages``) and
-the call's final ``delegations`` entry (through its reducer), so any number of children
-can finish in one step.
+the call's final ``delegations`` entry (through its reducer), and adds the child's
+``model_usage`` totals (role ``subagent``) to its own, so any number of children can
+finish in one step.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
@@ -48,6 +49,7 @@ from ctxgraph.nodes.subagents.stop import (
 from ctxgraph.nodes.subagents.tool import TASK_TOOL, parse_task_arguments, task_text
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
+from ctxgraph.state.usage import UsageTotals, add_usage
 from ctxgraph.store.artifacts import ArtifactStore
 
 logger = logging.getLogger("ctxgraph.subagents")
@@ -79,6 +81,15 @@ class _Run:
     settings: Settings
     started: float
     last: list[BaseMessage]
+    usage: UsageTotals = field(default_factory=dict)
+    """The child's ``model_usage`` as of its last state (its own and nested calls)."""
+
+    def seen(self, values: Mapping[str, Any]) -> None:
+        """Take the child's latest state: its messages and its usage totals."""
+        self.last = list(values.get("messages") or [])
+        usage = values.get("model_usage")
+        if isinstance(usage, Mapping):
+            self.usage = add_usage(None, dict(usage))
 
 
 def _stopped(flag: StopFlag, fallback: str) -> tuple[str, str]:
@@ -200,10 +211,13 @@ class SubagentNode:
             outcome.stop_reason,
             outcome.elapsed_s,
         )
-        return {
+        update: dict[str, Any] = {
             "messages": [message],
             "delegations": [final_entry(run.call_id, message, run.brief)],
         }
+        if run.usage:
+            update["model_usage"] = run.usage
+        return update
 
     def _child(self, run: _Run) -> ChildGraph:
         return self._children[run.kind].graph
@@ -242,17 +256,16 @@ class SubagentNode:
 
     # --- sync ---------------------------------------------------------------------------
 
-    def _stream(self, run: _Run) -> Iterator[list[BaseMessage]]:
-        for values in self._child(run).stream(run.input, run.config, stream_mode="values"):
-            yield list(values.get("messages") or [])
+    def _stream(self, run: _Run) -> Iterator[Mapping[str, Any]]:
+        yield from self._child(run).stream(run.input, run.config, stream_mode="values")
 
     def _run_sync(self, run: _Run) -> Outcome:
         timer = threading.Timer(run.settings.subagent_timeout_s, run.flag.set, args=("timeout",))
         timer.daemon = True
         timer.start()
         try:
-            for messages in self._stream(run):
-                run.last = messages
+            for values in self._stream(run):
+                run.seen(values)
         except GraphBubbleUp:
             raise
         except KeyboardInterrupt:
@@ -291,13 +304,13 @@ class SubagentNode:
 
     # --- async --------------------------------------------------------------------------
 
-    async def _astream(self, run: _Run) -> AsyncIterator[list[BaseMessage]]:
+    async def _astream(self, run: _Run) -> AsyncIterator[Mapping[str, Any]]:
         async for values in self._child(run).astream(run.input, run.config, stream_mode="values"):
-            yield list(values.get("messages") or [])
+            yield values
 
     async def _consume(self, run: _Run) -> None:
-        async for messages in self._astream(run):
-            run.last = messages
+        async for values in self._astream(run):
+            run.seen(values)
 
     async def _run_async(self, run: _Run) -> Outcome:
         try:

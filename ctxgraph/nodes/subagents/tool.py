@@ -13,10 +13,9 @@ from ctxgraph.state.subagents import SubagentSpec
 TASK_TOOL = "task"
 
 TASK_DESCRIPTION = (
-    "Hand a self-contained piece of work to a subagent. It starts with a fresh context: it "
-    "sees only `description` (and `expected_output`), none of this conversation, so say "
-    "everything it needs. You receive its final answer, cut to a bounded size, with refs to "
-    "its full answer and transcript (read them with read_artifact). Several task calls in "
+    "Hand self-contained work to a subagent. It sees only `description` and "
+    "`expected_output`, none of this conversation, so say all it needs. You get its answer, "
+    "cut, with refs to the full answer and transcript (read_artifact reads them). Calls in "
     "one answer run in parallel.\n\nSubagent types:\n"
 )
 
@@ -28,12 +27,10 @@ class TaskArguments(BaseModel):
 
     description: str = Field(
         min_length=1,
-        description="The complete task: goal, inputs, identifiers and constraints.",
+        description="The whole task: goal, inputs, identifiers, constraints.",
     )
-    subagent_type: str = Field(min_length=1, description="Which subagent type runs it.")
-    expected_output: str | None = Field(
-        default=None, description="What the answer should contain, and in what form."
-    )
+    subagent_type: str = Field(min_length=1, description="A type listed above.")
+    expected_output: str | None = Field(default=None, description="What to answer, in what form.")
 
 
 def _not_run_here(**_: Any) -> str:

@@ -24,9 +24,8 @@ from ctxgraph.store.persistence.archive import (
 MAX_RESULT_TOKENS = 2_000
 MAX_MESSAGE_CHARS = 2_000
 DESCRIPTION = (
-    "Read messages that were folded out of this conversation by compaction. Give "
-    "`version` (shown in the conversation summary) to read that compaction's messages, or "
-    "`query` to find archived messages containing the text. Returns a transcript."
+    "Read messages compaction folded out of this conversation: one compaction's by "
+    "`version` (the summary names it), or those containing the text `query`."
 )
 
 

@@ -69,3 +69,31 @@ def _alink(wrapper: ToolWrapper, inner: AsyncExecute) -> AsyncExecute:
         return await wrapper.awrap(request, inner)
 
     return handle
+
+
+class RefusalGate:
+    """A tool wrapper that answers some calls with an error result instead of running them.
+
+    A subclass decides in ``_refusal``: the error ``ToolMessage`` to answer with, or None
+    to run the call.
+    """
+
+    def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
+        raise NotImplementedError
+
+    def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
+        """Refuse the call when ``_refusal`` says so, else run it."""
+        refused = self._refusal(request)
+        return refused if refused is not None else execute(request)
+
+    async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
+        """Async :meth:`wrap`."""
+        refused = self._refusal(request)
+        return refused if refused is not None else await execute(request)
+
+
+def error_result(request: ToolCallRequest, name: str, text: str) -> ToolMessage:
+    """The error result that answers ``request`` (a call of ``name``) with ``text``."""
+    return ToolMessage(
+        content=text, tool_call_id=request.tool_call["id"] or "", name=name, status="error"
+    )

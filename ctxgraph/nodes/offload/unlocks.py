@@ -1,0 +1,101 @@
+"""Which built-in tools a thread has unlocked for good, read from its state alone.
+
+``read_artifact`` / ``grep_artifact`` unlock once anything in the state refers to an
+artifact (an offload stub or a subagent's refs in the window, an artifact in the record's
+ledger or the delegation record), ``read_history`` once a compaction has been committed.
+``ctxgraph.nodes.tools.binding`` binds by these; the compaction planner measures the
+compacted request with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from ctxgraph.nodes.offload.refs import ledger_refs, message_refs
+from ctxgraph.state.tool_unlocks import UNLOCKED_KEY
+from ctxgraph.store.persistence.archive import committed_version
+
+ARTIFACT_TOOLS = frozenset({"read_artifact", "grep_artifact"})
+"""Bound once the thread has an artifact."""
+HISTORY_TOOL = "read_history"
+"""Bound once the thread has an archive."""
+MEMORY_TOOL = "memory_search"
+"""Bound by the run's memory mode."""
+UNLOCKABLE = ARTIFACT_TOOLS | {HISTORY_TOOL}
+"""The tools a thread unlocks for good (``state["tools_unlocked"]``)."""
+GATED = UNLOCKABLE | {MEMORY_TOOL}
+"""The built-in tools bound only when they can help; every other tool is always bound."""
+
+SUBAGENT_KWARG = "subagent"
+"""``additional_kwargs`` key of a ``task`` result (``nodes.subagents.result.SUBAGENT_KEY``)."""
+SUBAGENT_REFS = ("result_ref", "transcript_ref")
+
+
+def _has_subagent_refs(extra: Mapping[str, Any]) -> bool:
+    meta = extra.get(SUBAGENT_KWARG)
+    return isinstance(meta, Mapping) and any(isinstance(meta.get(k), str) for k in SUBAGENT_REFS)
+
+
+def _window_has_artifact(messages: Iterable[object]) -> bool:
+    for message in messages:
+        if not isinstance(message, BaseMessage):
+            continue
+        extra = message.additional_kwargs
+        if extra and (message_refs(message) or _has_subagent_refs(extra)):
+            return True
+    return False
+
+
+def _record_has_artifact(summary: object) -> bool:
+    if not isinstance(summary, Mapping):
+        return False
+    ledger = summary.get("ledger")
+    folded = ledger.get("folded_artifacts") if isinstance(ledger, Mapping) else None
+    return bool(ledger_refs(summary)) or (isinstance(folded, int) and folded > 0)
+
+
+def _delegations_have_artifact(record: object) -> bool:
+    entries = record.get("entries") if isinstance(record, Mapping) else None
+    return any(
+        isinstance(entry, Mapping) and any(isinstance(entry.get(k), str) for k in SUBAGENT_REFS)
+        for entry in entries or ()
+    )
+
+
+def has_artifact(state: Mapping[str, Any]) -> bool:
+    """True if anything in ``state`` refers to an artifact the read tools can open."""
+    return (
+        _window_has_artifact(state.get("messages") or ())
+        or _record_has_artifact(state.get("summary"))
+        or _delegations_have_artifact(state.get("delegations"))
+    )
+
+
+def has_archive(state: Mapping[str, Any]) -> bool:
+    """True once the thread has committed a compaction (its archive has a version)."""
+    mark = state.get("compaction")
+    return (committed_version(mark if isinstance(mark, Mapping) else None) or 0) > 0
+
+
+def persisted_unlocks(state: Mapping[str, Any]) -> frozenset[str]:
+    """The names ``state["tools_unlocked"]`` holds."""
+    return frozenset(str(name) for name in state.get(UNLOCKED_KEY) or ())
+
+
+def unlocked_tools(state: Mapping[str, Any]) -> frozenset[str]:
+    """The unlockable tools ``state`` has unlocked: kept ones, plus any it now earns."""
+    unlocked = set(persisted_unlocks(state))
+    if not unlocked >= ARTIFACT_TOOLS and has_artifact(state):
+        unlocked |= ARTIFACT_TOOLS
+    if HISTORY_TOOL not in unlocked and has_archive(state):
+        unlocked.add(HISTORY_TOOL)
+    return frozenset(unlocked & UNLOCKABLE)
+
+
+def unlock_update(state: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The ``tools_unlocked`` update that keeps what ``state`` newly unlocked ({} if nothing)."""
+    new = unlocked_tools(state) - persisted_unlocks(state)
+    return {UNLOCKED_KEY: sorted(new)} if new else {}
