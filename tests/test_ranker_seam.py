@@ -19,6 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
+from ctxgraph.nodes.memory.extract import EXTRACTION_FACTS
 from ctxgraph.nodes.memory.render import FACTS_HEADING
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.messages import ORIGIN_KEY
@@ -187,3 +188,36 @@ def test_a_ranker_is_checked_when_the_graph_is_built_and_when_it_answers() -> No
     _seed(store, context)
     with pytest.raises(TypeError, match="must return a list of Fact records"):
         MemoryRepository(store, ranker=broken).search(context, QUERY)
+
+
+def test_the_ranker_orders_the_stored_facts_the_memory_model_is_shown() -> None:
+    """Extraction ranks the related stored facts through the graph's ranker too."""
+    store = InMemoryStore()
+    context = Context(user_id="ranked-extraction")
+    _seed(store, context)
+    # More than a prompt shows (EXTRACTION_FACTS): the prompt ranks the related ones.
+    filler = MemoryRepository(store)
+    for n in range(20):
+        filler.add_fact(context, f"Keeps tea tin number {n} on shelf {n % 4}", confidence=0.6)
+    memory = ScriptedChatModel(script=[AIMessage("nothing new")] * 4)
+    graph = build_graph(
+        models=Models(main=ScriptedChatModel(script=["ok"] * 4), memory=memory),
+        checkpointer=InMemorySaver(),
+        store=store,
+        settings=Settings(memory_extraction="inline"),
+        ranker=by_content,
+    )
+    text = f"I always work on the {QUERY}."
+    graph.invoke(
+        {"messages": [("user", text)]}, {"configurable": {"thread_id": "r"}}, context=context
+    )
+
+    def order(repository: MemoryRepository) -> list[str]:
+        shown = repository.memory_candidates(context, text)[:EXTRACTION_FACTS]
+        return [f.content for f in shown if f.content in CONTENTS]
+
+    prompt = "\n".join(str(m.content) for m in memory.requests[0])
+    shown = sorted((c for c in CONTENTS if c in prompt), key=prompt.find)
+    ranked = order(MemoryRepository(store, ranker=by_content))
+    assert shown == ranked
+    assert ranked != order(MemoryRepository(store))  # the ranker really changes the order

@@ -151,7 +151,13 @@ def create_builder(
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
-        memory = MemoryNodes(models, compact.planner, settings, extraction_prompt=extraction_prompt)
+        memory = MemoryNodes(
+            models,
+            compact.planner,
+            settings,
+            extraction_prompt=extraction_prompt,
+            repositories=parts.repositories,
+        )
         builder.add_node("flush", _node(memory.flush, memory.aflush, name="flush"))
         builder.add_node(
             "extract_memory",

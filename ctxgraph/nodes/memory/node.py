@@ -36,7 +36,7 @@ from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress
 from ctxgraph.store.memory.queue import MemoryQueue
-from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
 
 logger = logging.getLogger("ctxgraph.memory")
 
@@ -83,6 +83,8 @@ class MemoryJob:
     """Flush: the ids of the messages about to be folded; only those rows are extracted."""
     turn: Mapping[str, Any] | None = None
     """What this run already read from the Store (the ``memory_turn`` channel)."""
+    repositories: RepositoryFactory | None = None
+    """The graph's repository factory (its ranker ranks the related facts); None: plain."""
 
     def candidates(self) -> list[Row]:
         """The rows this job may extract, whether or not processed already."""
@@ -110,11 +112,15 @@ class MemoryNodes:
         settings: Settings,
         *,
         extraction_prompt: str | None = None,
+        repositories: RepositoryFactory | None = None,
     ) -> None:
         """``planner`` is the ``compact`` node's: a flush extracts from what it will fold.
 
-        ``extraction_prompt`` replaces ``EXTRACTION_PROMPT`` (see ``MemoryExtractor``).
+        ``extraction_prompt`` replaces ``EXTRACTION_PROMPT`` (see ``MemoryExtractor``);
+        ``repositories`` is the graph's factory, whose ranker picks the stored facts the
+        memory model is shown.
         """
+        self._repositories = repositories
         self._extractor = MemoryExtractor(models.memory_model, extraction_prompt)
         self._planner = planner
         self._settings = settings
@@ -153,6 +159,7 @@ class MemoryNodes:
             rows=filter_for_memory(messages),
             among=among,
             turn=state.get("memory_turn"),  # MEMORY_TURN_KEY
+            repositories=self._repositories,
         )
 
     def _folded(self, state: AgentState, settings: Settings) -> list[AnyMessage]:
@@ -263,7 +270,8 @@ class _Plan:
         self.deferred = job.settings.memory_extraction == "deferred"
         self.gate = job.settings.extraction_gate
         self._gated: set[tuple[str, ...]] = set()
-        self.repository = MemoryRepository(job.store)
+        factory = job.repositories
+        self.repository = factory(job.store) if factory else MemoryRepository(job.store)
         self.queue = MemoryQueue(job.store)
         value = job.turn or {}
         profile, facts, ids = value.get("profile"), value.get("facts"), value.get("processed")
