@@ -300,6 +300,10 @@ class RequestBuilder:
         factor = request.factor if isinstance(request, Request) else 1.0
         return RequestSize(tokens=scaled(self.local_tokens(request), factor), messages=len(request))
 
+    def message_tokens(self, message: BaseMessage) -> int:
+        """Tokens of one message as counted locally (framing included, no tool schemas)."""
+        return self._counter.count_message(message)
+
     def local_tokens(self, request: Sequence[BaseMessage]) -> int:
         """Tokens of ``request`` (tool schemas included) as counted locally, uncalibrated.
 
