@@ -54,8 +54,6 @@ class _Call:
     """Delegations left running by an earlier run, marked cancelled for this call."""
     calibration: TokenCalibration | None = None
     """The thread's token calibration before this call."""
-    request_tokens: int = 0
-    """The request's size as the triggers measured it (the usage when none is reported)."""
 
 
 class ModelNode:
@@ -145,7 +143,8 @@ class ModelNode:
         usage = call_usage(
             "main",
             answer,
-            local_input=lambda: call.request_tokens,
+            # Counted only when the provider reported nothing, from cached message counts.
+            local_input=lambda: builder.measure(call.request).tokens,
             local_output=lambda: builder.message_tokens(answer),
         )
         extra = {**extra, "model_usage": usage_update(usage)}
@@ -205,9 +204,7 @@ class ModelNode:
         policy = self._builder.skill_parts(state, settings).policy
         bound = self._bound_for(policy, settings, state)
         extra = {**extra, **unlock_update(state)}
-        # The compaction router measured this state's request already: a cache hit.
-        tokens = self._builder.measure_state(state, settings).tokens
-        return _Call(bound, request, extra, marked, state.get("token_calibration"), tokens)
+        return _Call(bound, request, extra, marked, state.get("token_calibration"))
 
     _markers_logged = False
     """Whether the "no cache markers for this model" debug line was logged (once a node)."""
