@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from langgraph.config import get_stream_writer
+from ctxgraph.state.events import emit_event
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -28,13 +28,5 @@ def emit(event: str, thread_id: str, **fields: Any) -> dict[str, Any]:
     under ``stream_mode="custom"``; outside a run (a job's own thread) it is only logged.
     Returns the event.
     """
-    payload: dict[str, Any] = {"event": EVENT_PREFIX + event, "thread_id": thread_id, **fields}
-    details = " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
     level = logging.WARNING if event in _WARNINGS else logging.INFO
-    logger.log(level, "%s%s thread=%s %s", EVENT_PREFIX, event, thread_id, details)
-    try:
-        writer = get_stream_writer()
-    except RuntimeError:  # not inside a run: a job's own thread
-        return payload
-    writer(payload)
-    return payload
+    return emit_event(logger, EVENT_PREFIX + event, thread_id, fields, level=level)
