@@ -19,7 +19,6 @@ from ctxgraph.nodes.invalid_calls import with_cut_off_calls_invalid, with_invali
 from ctxgraph.nodes.offload.unlocks import unlock_update
 from ctxgraph.nodes.request import Request, RequestBuilder
 from ctxgraph.nodes.settings import effective_settings
-from ctxgraph.nodes.skills.policy import ToolPolicy
 from ctxgraph.nodes.skills.record import activation
 from ctxgraph.nodes.skills.slash import first_call_of_turn, slash_command, unknown_skill_reply
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
@@ -99,15 +98,13 @@ class ModelNode:
                 )
         return request
 
-    def _bound_for(
-        self, policy: ToolPolicy, settings: Settings, state: AgentState
-    ) -> Runnable[Any, BaseMessage]:
-        """The model with the tools bound for ``state`` that ``policy`` allows.
+    def _bound_for(self, names: frozenset[str]) -> Runnable[Any, BaseMessage]:
+        """The model with the tools ``names`` bound, bound once per distinct set.
 
-        The caller's tools always, the built-in readers once they can help
-        (``ToolBinding``); ``policy`` restricts them unless it is advisory.
+        ``names`` are those the request was measured with (``Request.tool_names``): the
+        caller's tools always, the built-in readers once they can help (``ToolBinding``),
+        within the skills' policy unless it is advisory.
         """
-        names = self._binding.names(state, settings, policy)
         with self._lock:
             bound = self._bound.get(names)
             if bound is None:
@@ -201,8 +198,11 @@ class ModelNode:
         if self._delegates:
             state, marked = with_abandoned(state)
         request = self._checked_request(state, settings)
-        policy = self._builder.skill_parts(state, settings).policy
-        bound = self._bound_for(policy, settings, state)
+        names = request.tool_names if isinstance(request, Request) else None
+        if names is None:
+            policy = self._builder.skill_parts(state, settings).policy
+            names = self._binding.names(state, settings, policy)
+        bound = self._bound_for(names)
         extra = {**extra, **unlock_update(state)}
         return _Call(bound, request, extra, marked, state.get("token_calibration"))
 

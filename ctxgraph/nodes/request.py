@@ -104,6 +104,8 @@ class Request(list[BaseMessage]):
     placement: MemoryPlacement | None = None
     tool_tokens: int | None = None
     """Tokens of the tool schemas bound for the state it was built for."""
+    tool_names: frozenset[str] | None = None
+    """The names of those tools: what ``ModelNode`` binds for the call."""
 
 
 class RequestBuilder:
@@ -176,8 +178,12 @@ class RequestBuilder:
         Those ``ToolBinding`` binds for the state, within the active skills' tool policy,
         as ``ModelNode`` binds them.
         """
+        return self._schemas(self.bound_names(state, settings))
+
+    def bound_names(self, state: AgentState, settings: Settings) -> frozenset[str]:
+        """The tools a request for ``state`` binds, within the active skills' policy."""
         policy = self.skill_parts(state, settings).policy
-        return self._schemas(self._binding.names(state, settings, policy))
+        return self._binding.names(state, settings, policy)
 
     def skill_parts(self, state: AgentState, settings: Settings) -> SkillParts:
         """What skills add to the request for ``state``: listing, context and tool policy."""
@@ -195,7 +201,8 @@ class RequestBuilder:
             leading += 1
         request = Request(self._stable_part(state, settings, window[:leading]))
         request.factor = self.factor(state)
-        request.tool_tokens = self.bound_tool_tokens(state, settings)
+        request.tool_names = self.bound_names(state, settings)
+        request.tool_tokens = self._schemas(request.tool_names)
         request.stable = len(request)
         safe, _ = repair_tool_pairs(window[leading:])
         request.extend(self._with_turn_context(state, request, safe))
