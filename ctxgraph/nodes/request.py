@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
@@ -108,6 +109,33 @@ class Request(list[BaseMessage]):
     """The names of those tools: what ``ModelNode`` binds for the call."""
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """A measured request: its message objects, schema tokens, factor and size."""
+
+    messages: tuple[BaseMessage, ...]
+    tool_tokens: int | None
+    factor: float
+    size: RequestSize
+
+    def matches(self, request: Request, counter: TokenCounter) -> bool:
+        """True if ``request`` has these schemas and factor and messages counted alike.
+
+        Alike are the very same objects, or (with tiktoken) messages that say the same:
+        the router at the start of a run sees the run's input under ids the state does
+        not keep.
+        """
+        return (
+            request.tool_tokens == self.tool_tokens
+            and request.factor == self.factor
+            and len(request) == len(self.messages)
+            and all(
+                a is b or counter.counted_alike(a, b)
+                for a, b in zip(request, self.messages, strict=True)
+            )
+        )
+
+
 class RequestBuilder:
     """Builds the request: the stable part first, then the window with the per-turn context.
 
@@ -151,6 +179,9 @@ class RequestBuilder:
         # The size of the last measured state: the router, compact and model nodes of one
         # step measure the same request.
         self._size_cache: tuple[Hashable, RequestSize] | None = None
+        # The last measured request: the model node measures the very messages the router
+        # measured for the same state (see ``measure``).
+        self._measured: _Measured | None = None
 
     @property
     def calibration_model(self) -> str | None:
@@ -185,6 +216,11 @@ class RequestBuilder:
         policy = self.skill_parts(state, settings).policy
         return self._binding.names(state, settings, policy)
 
+    def _parts(self, state: AgentState, settings: Settings) -> tuple[SkillParts, frozenset[str]]:
+        """What skills add to a request for ``state``, and the tools it binds."""
+        skills = self.skill_parts(state, settings)
+        return skills, self._binding.names(state, settings, skills.policy)
+
     def skill_parts(self, state: AgentState, settings: Settings) -> SkillParts:
         """What skills add to the request for ``state``: listing, context and tool policy."""
         return NO_SKILLS if self._skills is None else self._skills.parts(state, settings)
@@ -195,24 +231,33 @@ class RequestBuilder:
         A pure function of ``state`` and ``settings``: the same inputs give equal messages
         (the very same data-message objects while their text is unchanged).
         """
+        return self._build(state, settings, *self._parts(state, settings))
+
+    def _build(
+        self, state: AgentState, settings: Settings, skills: SkillParts, names: frozenset[str]
+    ) -> Request:
+        """``build`` with the skill parts and bound tool names already worked out."""
         window: Sequence[AnyMessage] = state.get("messages") or []
         leading = 0
         while leading < len(window) and isinstance(window[leading], SystemMessage):
             leading += 1
-        request = Request(self._stable_part(state, settings, window[:leading]))
+        request = Request(self._stable_part(state, settings, skills, window[:leading]))
         request.factor = self.factor(state)
-        request.tool_names = self.bound_names(state, settings)
-        request.tool_tokens = self._schemas(request.tool_names)
+        request.tool_names = names
+        request.tool_tokens = self._schemas(names)
         request.stable = len(request)
         safe, _ = repair_tool_pairs(window[leading:])
         request.extend(self._with_turn_context(state, request, safe))
         return request
 
     def _stable_part(
-        self, state: AgentState, settings: Settings, leading: Sequence[BaseMessage]
+        self,
+        state: AgentState,
+        settings: Settings,
+        skills: SkillParts,
+        leading: Sequence[BaseMessage],
     ) -> list[BaseMessage]:
         """System rules and skill listing, leading system messages, summary, active skills."""
-        skills = self.skill_parts(state, settings)
         system = self._system_message(settings.system_prompt, skills.listing)
         stable: list[BaseMessage] = [system, *leading]
         summary = state.get("summary")
@@ -288,13 +333,12 @@ class RequestBuilder:
 
     def measure_state(self, state: AgentState, settings: Settings) -> RequestSize:
         """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
-        skills = self.skill_parts(state, settings)
+        skills, tools = self._parts(state, settings)
         context_id = None if skills.context is None else skills.context.id
-        tools = self._binding.names(state, settings, skills.policy)
         key = (state_key(state, settings), skills.listing, context_id, self.factor(state), tools)
         if self._size_cache is not None and self._size_cache[0] == key:
             return self._size_cache[1]
-        size = self.measure(self.build(state, settings))
+        size = self.measure(self._build(state, settings, skills, tools))
         self._size_cache = (key, size)
         return size
 
@@ -302,10 +346,23 @@ class RequestBuilder:
         """Tokens (tool schemas included) and message count of a built request.
 
         A ``Request`` counts as the provider bills it (its local count times its
-        calibration factor); a plain list of messages as counted locally.
+        calibration factor); a plain list of messages as counted locally. A ``Request``
+        with the schemas and factor of the last one measured and messages counted alike
+        (``TokenCounter.counted_alike``: the very same objects, or with tiktoken the same
+        text) has that one's size, so the model node does not count again what the router
+        counted for the same state. Messages are not changed in place: a changed message
+        is a new object, as every reducer and node makes it.
         """
-        factor = request.factor if isinstance(request, Request) else 1.0
-        return RequestSize(tokens=scaled(self.local_tokens(request), factor), messages=len(request))
+        if not isinstance(request, Request):
+            return RequestSize(tokens=self.local_tokens(request), messages=len(request))
+        measured = self._measured
+        if measured is not None and measured.matches(request, self._counter):
+            return measured.size
+        size = RequestSize(
+            tokens=scaled(self.local_tokens(request), request.factor), messages=len(request)
+        )
+        self._measured = _Measured(tuple(request), request.tool_tokens, request.factor, size)
+        return size
 
     def message_tokens(self, message: BaseMessage) -> int:
         """Tokens of one message as counted locally (framing included, no tool schemas)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -38,19 +39,78 @@ def encoding() -> tiktoken.Encoding:
 
 
 def count_text(text: str) -> int:
-    """Count the tokens of a plain string (short strings, such as ledger lines, are memoized)."""
+    """Count the tokens of a plain string, memoized line by line.
+
+    Short strings (such as ledger lines) are memoized whole. A longer one is the sum of its
+    lines, each split off after a newline that a letter or digit follows: cl100k never
+    makes a token across such a newline (no piece of its pre-tokenizer holds a newline and
+    then a letter or digit), so the sum is the exact count, and the lines a summary prompt,
+    a rendered record and the messages they come from share are counted once.
+    """
     if len(text) <= SHORT_TEXT:
         return _count_short(text)
-    return len(encoding().encode(text, disallowed_special=()))
+    return sum(_count_line(line) for line in _lines(text))
 
 
 SHORT_TEXT = 256
 """Strings up to this length are memoized by ``count_text``."""
 
+LONG_LINE = 2_048
+"""Lines longer than this are counted without being memoized."""
+
+_LINE_START = re.compile(r"\n(?=[^\W_])")
+"""A newline followed by a letter or digit: where cl100k always starts a new piece."""
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` cut after each newline a letter or digit follows (joined, they are ``text``)."""
+    lines: list[str] = []
+    start = 0
+    for match in _LINE_START.finditer(text):
+        lines.append(text[start : match.end()])
+        start = match.end()
+    lines.append(text[start:])
+    return lines
+
+
+def _count_line(line: str) -> int:
+    if len(line) <= SHORT_TEXT:
+        return _count_short(line)
+    if len(line) <= LONG_LINE:
+        return _count_long(line)
+    return _encoded_length(line)
+
+
+def _encoded_length(text: str) -> int:
+    return len(encoding().encode(text, disallowed_special=()))
+
 
 @lru_cache(maxsize=16_384)
 def _count_short(text: str) -> int:
-    return len(encoding().encode(text, disallowed_special=()))
+    return _encoded_length(text)
+
+
+@lru_cache(maxsize=1_024)
+def _count_long(text: str) -> int:
+    return _encoded_length(text)
+
+
+@lru_cache(maxsize=256)
+def _declares(cls: type[BaseMessage], name: str) -> bool:
+    """True if messages of ``cls`` have the attribute ``name`` (a field or a class attribute)."""
+    return name in cls.model_fields or hasattr(cls, name)
+
+
+def _attribute(message: BaseMessage, name: str) -> Any:
+    """``getattr(message, name, None)``, without the slow failing lookup of a missing field.
+
+    Messages allow extra attributes, so one given to a message whose class has no such
+    field is found too.
+    """
+    if _declares(type(message), name):
+        return getattr(message, name, None)
+    extra = message.__pydantic_extra__
+    return extra.get(name) if extra else None
 
 
 def message_text(message: BaseMessage) -> str:
@@ -63,10 +123,10 @@ def message_text(message: BaseMessage) -> str:
         parts.append(content)
     else:
         parts.append(json.dumps(content, ensure_ascii=False, sort_keys=True, default=str))
-    tool_calls = getattr(message, "tool_calls", None)
+    tool_calls = _attribute(message, "tool_calls")
     if tool_calls:
         parts.append(json.dumps(tool_calls, ensure_ascii=False, sort_keys=True, default=str))
-    tool_call_id = getattr(message, "tool_call_id", None)
+    tool_call_id = _attribute(message, "tool_call_id")
     if tool_call_id:
         parts.append(str(tool_call_id))
     return "\n".join(parts)
@@ -81,10 +141,10 @@ def _fingerprint(message: BaseMessage) -> int:
     content = message.content
     if not isinstance(content, str):
         return hash(message_text(message))
-    calls = tuple(
-        (call.get("id"), call.get("name"), repr(call.get("args")))
-        for call in getattr(message, "tool_calls", None) or ()
-    )
+    tool_calls = _attribute(message, "tool_calls")
+    if not tool_calls:
+        return hash((message.type, message.name, content, _attribute(message, "tool_call_id")))
+    calls = tuple((call.get("id"), call.get("name"), repr(call.get("args"))) for call in tool_calls)
     return hash((message.type, message.name, content, calls))
 
 
@@ -101,6 +161,9 @@ TEXT_CACHE = 4_096
 
 class TokenCounter:
     """Counts messages exactly, caching each count under the message id.
+
+    A message replaced under its id is counted again. With tiktoken, a message that says
+    what one counted before said (under any id) takes that count.
 
     By default it counts with the offline cl100k encoding. Given ``count`` (a function of
     a list of messages, see ``MessageCount``), it counts every message as ``count([m])``
@@ -120,6 +183,10 @@ class TokenCounter:
         self._max_entries = max_entries
         self._count = count
         self._texts: OrderedDict[str, int] = OrderedDict()
+        # With tiktoken a count depends on what a message says, never on its id: the count
+        # of a message seen under one id serves the same message under another (the router
+        # at the start of a run sees the run's input under ids the state does not keep).
+        self._said: OrderedDict[int, int] = OrderedDict()
         self._framing: int | None = None
         # Background compaction counts from its own thread with the graph's counter; the
         # lock keeps a lookup and an eviction of the same cache from interleaving.
@@ -164,18 +231,35 @@ class TokenCounter:
         """Tokens of one message including its framing; cached when the message has an id."""
         if message.id is None:
             return self._counted(message)
-        key = (message.id, _fingerprint(message))
+        said = _fingerprint(message)
+        key = (message.id, said)
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        counted = self._counted(message)
+            shared = self._said.get(said) if self._count is None else None
+        counted = self._counted(message) if shared is None else shared
         with self._lock:
             self._cache[key] = counted
             if len(self._cache) > self._max_entries:
                 self._cache.popitem(last=False)
+            if self._count is None:
+                self._said[said] = counted
+                self._said.move_to_end(said)
+                if len(self._said) > self._max_entries:
+                    self._said.popitem(last=False)
         return counted
+
+    def counted_alike(self, first: BaseMessage, second: BaseMessage) -> bool:
+        """True if ``first`` and ``second`` are known to have the same count without counting.
+
+        The same object always is; two messages that say the same under different ids are
+        with tiktoken (a count never depends on the id), not with a caller's function.
+        """
+        if first is second:
+            return True
+        return self._count is None and _fingerprint(first) == _fingerprint(second)
 
     def count_messages(self, messages: Iterable[BaseMessage]) -> int:
         """Tokens of a whole request's messages, reply priming included (with tiktoken)."""

@@ -107,7 +107,9 @@ def usage_update(*calls: CallUsage) -> UsageTotals:
     """The ``model_usage`` update that adds ``calls`` to a thread's totals."""
     totals: UsageTotals = {}
     for call in calls:
-        totals = add_usage(totals, {call["role"]: _one(call)})
+        one = _one(call)
+        base = totals.get(call["role"])
+        totals[call["role"]] = one if base is None else _sum(base, one)
     return totals
 
 
@@ -121,16 +123,27 @@ def _one(call: CallUsage) -> RoleUsage:
     }
 
 
-def _totals(value: Mapping[str, Any]) -> RoleUsage:
-    def field(name: str) -> int:
-        return _tokens(value.get(name)) or 0
+def _field(value: Mapping[str, Any], name: str) -> int:
+    return _tokens(value.get(name)) or 0
 
+
+def _totals(value: Mapping[str, Any]) -> RoleUsage:
     return {
-        "calls": field("calls"),
-        "input_tokens": field("input_tokens"),
-        "output_tokens": field("output_tokens"),
-        "cached_tokens": field("cached_tokens"),
-        "local_calls": field("local_calls"),
+        "calls": _field(value, "calls"),
+        "input_tokens": _field(value, "input_tokens"),
+        "output_tokens": _field(value, "output_tokens"),
+        "cached_tokens": _field(value, "cached_tokens"),
+        "local_calls": _field(value, "local_calls"),
+    }
+
+
+def _sum(first: RoleUsage, second: RoleUsage) -> RoleUsage:
+    return {
+        "calls": first["calls"] + second["calls"],
+        "input_tokens": first["input_tokens"] + second["input_tokens"],
+        "output_tokens": first["output_tokens"] + second["output_tokens"],
+        "cached_tokens": first["cached_tokens"] + second["cached_tokens"],
+        "local_calls": first["local_calls"] + second["local_calls"],
     }
 
 
@@ -140,9 +153,7 @@ def add_usage(current: UsageTotals | None, update: UsageTotals | None) -> UsageT
     for role, totals in (update or {}).items():
         added = _totals(totals)
         base = merged.get(role)
-        if base is not None:
-            added = _totals({name: base[name] + added[name] for name in added})  # type: ignore[literal-required]
-        merged[role] = added
+        merged[role] = added if base is None else _sum(base, added)
     return merged
 
 

@@ -53,9 +53,14 @@ def not_bound_reason(name: str, state: Mapping[str, Any], settings: Settings) ->
     return None
 
 
+def allows_every_tool(policy: ToolPolicy | None, settings: Settings) -> bool:
+    """True if the skill ``policy`` restricts no tool (None, no ``allowed-tools``, advisory)."""
+    return policy is None or policy.allowed is None or settings.skill_policy == "advisory"
+
+
 def policy_allows(policy: ToolPolicy | None, settings: Settings) -> Callable[[str], bool]:
     """Whether the skill ``policy`` lets a tool be bound (everything when advisory or None)."""
-    if policy is None or policy.allowed is None or settings.skill_policy == "advisory":
+    if policy is None or allows_every_tool(policy, settings):
         return lambda _name: True
     return policy.permits
 
@@ -66,6 +71,8 @@ class ToolBinding:
     def __init__(self, tools: Sequence[BaseTool]) -> None:
         self._tools = tuple(tools)
         self._gated = frozenset(t.name for t in self._tools) & GATED
+        # The names bound without a restricting policy, per set of hidden gated tools.
+        self._unrestricted: dict[frozenset[str], frozenset[str]] = {}
 
     @property
     def tools(self) -> tuple[BaseTool, ...]:
@@ -76,13 +83,19 @@ class ToolBinding:
         self, state: Mapping[str, Any], settings: Settings, policy: ToolPolicy | None = None
     ) -> frozenset[str]:
         """The names bound for ``state`` under ``settings``, within the skill ``policy``."""
-        allowed = policy_allows(policy, settings)
-        hidden: set[str] = set()
+        hidden: frozenset[str] = frozenset()
         if self._gated:
-            unlocked = unlocked_tools(state) if self._gated & UNLOCKABLE else frozenset()
-            hidden = set(self._gated & UNLOCKABLE) - unlocked
+            unlockable = self._gated & UNLOCKABLE
+            hidden = unlockable - unlocked_tools(state) if unlockable else hidden
             if MEMORY_TOOL in self._gated and not memory_search_bound(settings):
-                hidden.add(MEMORY_TOOL)
+                hidden |= {MEMORY_TOOL}
+        if allows_every_tool(policy, settings):
+            names = self._unrestricted.get(hidden)
+            if names is None:
+                names = frozenset(t.name for t in self._tools if t.name not in hidden)
+                self._unrestricted[hidden] = names
+            return names
+        allowed = policy_allows(policy, settings)
         return frozenset(t.name for t in self._tools if t.name not in hidden and allowed(t.name))
 
     def always_bound(self) -> frozenset[str]:
