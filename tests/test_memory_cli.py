@@ -100,7 +100,10 @@ def test_forget_deletes_a_fact(
         python, subprocess_env, "memory", "forget", *identity, "preferred_language"
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "forgot preferred_language"
+    first, *receipt = result.stdout.splitlines()
+    assert first == "forgot preferred_language"
+    assert receipt[0].startswith(f"forget {user} at ")
+    assert "memory fact memory/" in result.stdout and "receipt " in receipt[-1]
     keys = [fact.key for fact in MemoryRepository(persistence.store).list_facts(context)]
     assert keys == ["role"]
     listed = run_ctxgraph(python, subprocess_env, "memory", "list", *identity)
@@ -121,7 +124,7 @@ def test_forget_of_a_missing_key_exits_2(
     assert result.stdout == ""
 
 
-def test_export_prints_json(
+def test_export_prints_the_memory_bundle(
     python: str, subprocess_env: dict[str, str], persistence: Persistence
 ) -> None:
     user = _user()
@@ -136,11 +139,13 @@ def test_export_prints_json(
     assert exported["user_id"] == user
     assert exported["agent_name"] == "coder"
     assert exported["project_id"] == "svc"
-    facts = {fact["key"]: fact for fact in exported["facts"]}
+    assert exported["format"] == "ctxgraph.memory" and exported["schema_version"] == 1
+    facts = {fact["key"]: fact["value"] for fact in exported["facts"] if fact["scope"] == "user"}
     assert set(facts) == {"preferred_language", "role"}
     assert facts["preferred_language"]["confidence"] == 0.92
     assert facts["role"]["is_correction"] is True
-    assert [fact["key"] for fact in exported["project_facts"]] == ["deploy_tool"]
+    shared = [fact["key"] for fact in exported["facts"] if fact["scope"] == "project"]
+    assert shared == ["deploy_tool"]
 
 
 def test_bad_user_id_exits_2(python: str, subprocess_env: dict[str, str]) -> None:

@@ -108,3 +108,21 @@ def test_an_unknown_name_is_a_clear_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'build_grpah'"):
         _ = ctxgraph.build_grpah  # type: ignore[attr-defined]
+
+
+def test_the_forgetting_entry_points_keep_their_signatures() -> None:
+    from ctxgraph.store.forget import aforget, forget
+    from ctxgraph.store.memory import export_bundle, import_bundle
+    from ctxgraph.store.user_deletion import adelete_user, delete_user
+
+    for function in (forget, aforget):
+        parameters = inspect.signature(function).parameters
+        assert list(parameters)[:3] == ["store", "checkpointer", "user_id"]
+        assert {"fact", "text", "thread_id", "dry_run", "lock"} <= set(parameters)
+        assert parameters["dry_run"].default is False
+    for function in (delete_user, adelete_user):
+        parameters = inspect.signature(function).parameters
+        assert list(parameters)[:3] == ["store", "checkpointer", "user_id"]
+        assert parameters["dry_run"].default is False
+    assert list(inspect.signature(export_bundle).parameters)[:2] == ["store", "context"]
+    assert list(inspect.signature(import_bundle).parameters)[:3] == ["store", "bundle", "user_id"]

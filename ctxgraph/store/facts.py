@@ -11,7 +11,9 @@ Provenance: every fact says who wrote it (``PROVENANCES``). Only ``"extraction"`
 the acceptance gate. A value stored before provenance existed is read as
 ``"extraction"`` when it has the evidence and source thread extraction records, else as
 ``"unknown"``; so is any other value that claims ``"extraction"`` without them, and any
-provenance ctxgraph never writes.
+provenance ctxgraph never writes. A fact written by an import (``"import"``) may record
+where it came from in ``imported`` (``IMPORTED_FIELDS``: the provenance it had in the
+bundle, the digests of the bundle and of the fact, and when it was imported).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 __all__ = [
+    "IMPORTED_FIELDS",
     "PROVENANCES",
     "Fact",
     "FactScope",
@@ -46,6 +49,9 @@ Provenance = Literal["extraction", "api", "cli", "import", "unknown"]
 (``MemoryRepository.add_fact``), the command line, an import, or nobody ctxgraph knows."""
 
 PROVENANCES: tuple[Provenance, ...] = ("extraction", "api", "cli", "import", "unknown")
+
+IMPORTED_FIELDS: tuple[str, ...] = ("from_provenance", "bundle_sha256", "fact_sha256", "at")
+"""The fields of an imported fact's ``imported`` record (``store.memory.bundle``)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,9 @@ class Fact:
     """Who wrote it; only ``"extraction"`` passed the acceptance gate. Every fact read from
     the Store has one; None (a record built by code, not read back) is not marked in the
     memory view, like a fact mapping without the field."""
+    imported: dict[str, str] | None = None
+    """For ``provenance="import"``: ``IMPORTED_FIELDS`` (``from_provenance`` is who wrote
+    the fact before it was exported); None for every other fact."""
 
     @property
     def verified(self) -> bool:
@@ -93,7 +102,7 @@ class Fact:
             "history": [dict(entry) for entry in self.history],
             "is_correction": self.is_correction,
             "provenance": self.provenance,
-        }
+        } | ({} if self.imported is None else {"imported": dict(self.imported)})
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,25 @@ def _history(value: Mapping[str, Any]) -> list[dict[str, str]]:
     return [{str(k): v for k, v in entry.items()} for entry in raw]
 
 
+def _imported(value: Mapping[str, Any], provenance: Provenance) -> dict[str, str] | None:
+    """The ``imported`` record of an imported fact, None for any other fact."""
+    raw = value.get("imported")
+    if raw is None or provenance != "import":
+        return None
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(raw.get(name), str) for name in IMPORTED_FIELDS
+    ):
+        raise _MalformedError(
+            f"'imported' must map {', '.join(IMPORTED_FIELDS)} to strings, got {raw!r:.80}"
+        )
+    if raw["from_provenance"] not in PROVENANCES:
+        raise _MalformedError(
+            f"'imported.from_provenance' must be one of {', '.join(PROVENANCES)}, "
+            f"got {raw['from_provenance']!r:.80}"
+        )
+    return {name: str(raw[name]) for name in IMPORTED_FIELDS}
+
+
 def _provenance(
     value: Mapping[str, Any], evidence: str | None, source_thread: str | None
 ) -> Provenance:
@@ -206,6 +234,7 @@ def _fact(key: str, value: Mapping[str, Any], scope: FactScope) -> Fact:
         raise _MalformedError(f"'key' must be a non-empty string, got {stored_key!r:.80}")
     evidence = _optional_text(value, "evidence")
     source_thread = _optional_text(value, "source_thread")
+    provenance = _provenance(value, evidence, source_thread)
     return Fact(
         id=key,
         key=stored_key,
@@ -220,7 +249,8 @@ def _fact(key: str, value: Mapping[str, Any], scope: FactScope) -> Fact:
         scope=scope,
         history=_history(value),
         is_correction=bool(value.get("is_correction", False)),
-        provenance=_provenance(value, evidence, source_thread),
+        provenance=provenance,
+        imported=_imported(value, provenance),
     )
 
 
@@ -232,7 +262,8 @@ def parse_fact(
     Never raises for a bad value: anything but a mapping with a non-empty ``content``, an
     ISO ``created_at`` (and ISO ``confirmed_at``/``last_seen_at`` when present), a
     ``confidence`` from 0 to 1, string ``category``/``key``/``evidence``/``source_thread``
-    and a list ``history`` is a ``Problem``. The caller decides whether to report it
+    and a list ``history`` (and, on an imported fact, an ``imported`` record of strings)
+    is a ``Problem``. The caller decides whether to report it
     (:func:`report_problem`).
     """
     if not isinstance(value, Mapping):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from ctxgraph.state.context import validate_label, validate_thread_id
 
 
@@ -28,6 +30,11 @@ def thread_compaction_jobs(thread_id: str) -> tuple[str, ...]:
 def thread_meta(thread_id: str) -> tuple[str, ...]:
     """Namespace of a thread's own records: its owner (key ``owner``)."""
     return ("threads", _thread_label(thread_id), "meta")
+
+
+def thread_redactions(thread_id: str) -> tuple[str, ...]:
+    """Namespace of the anchors of a thread's archive redactions, keyed by receipt id."""
+    return ("threads", _thread_label(thread_id), "redactions")
 
 
 def user_profile(user_id: str) -> tuple[str, ...]:
@@ -59,3 +66,22 @@ def thread_memory(thread_id: str) -> tuple[str, ...]:
 def memory_queue() -> tuple[str, ...]:
     """Namespace of deferred memory extractions waiting for a worker (one item per thread)."""
     return ("memory_queue",)
+
+
+def forget_receipts(user_id: str) -> tuple[str, ...]:
+    """Namespace of the receipts of one user's forgets, keyed by the hash of the user id.
+
+    The hash keeps the user id itself out of the receipt rows, so deleting the user can
+    keep its own receipt without keeping a row that names the user.
+    """
+    validate_label("user_id", user_id)
+    return ("receipts", "forget", _digest(user_id))
+
+
+def deletion_receipts() -> tuple[str, ...]:
+    """Namespace of the receipts of deleted users (each names the user by hash only)."""
+    return ("receipts", "deletions")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -15,6 +15,7 @@ or written (per Store object) and asks the Store only about threads it has not s
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 from langgraph.store.base import BaseStore
 
@@ -89,3 +90,54 @@ async def arecord_owner(store: BaseStore, thread_id: str, user_id: str) -> None:
     """Async :func:`record_owner`."""
     await store.aput(thread_meta(thread_id), OWNER_KEY, {"user_id": user_id}, index=False)
     _remember(store, thread_id, user_id)
+
+
+def forget_owner(store: BaseStore, thread_id: str) -> None:
+    """Drop what this process remembers of ``thread_id``'s owner (after the thread is deleted).
+
+    Other processes keep their memory of it until they end: they refuse the deleted
+    thread's id to other users, which is safe.
+    """
+    _known.get(store, {}).pop(thread_id, None)
+
+
+_PAGE = 100
+
+
+def _owned(items: list[Any], user_id: str) -> list[str]:
+    return sorted(
+        item.namespace[1]
+        for item in items
+        if item.key == OWNER_KEY
+        and len(item.namespace) == 3
+        and item.namespace[2] == thread_meta("x")[2]
+        and _owner_of(item.value) == user_id
+    )
+
+
+def threads_owned_by(store: BaseStore, user_id: str) -> list[str]:
+    """The ids of every thread whose owner record names ``user_id``, sorted.
+
+    Read from the owner items themselves (a Store search over ``("threads",)``), so a
+    thread saved before owners were recorded is not listed.
+    """
+    found: list[Any] = []
+    while True:
+        page = store.search(
+            ("threads",), filter={"user_id": user_id}, limit=_PAGE, offset=len(found)
+        )
+        found.extend(page)
+        if len(page) < _PAGE:
+            return _owned(found, user_id)
+
+
+async def athreads_owned_by(store: BaseStore, user_id: str) -> list[str]:
+    """Async :func:`threads_owned_by`."""
+    found: list[Any] = []
+    while True:
+        page = await store.asearch(
+            ("threads",), filter={"user_id": user_id}, limit=_PAGE, offset=len(found)
+        )
+        found.extend(page)
+        if len(page) < _PAGE:
+            return _owned(found, user_id)

@@ -67,6 +67,8 @@ _USER_ERRORS = (
     ("ctxgraph.store.persistence.vector_index", "EmbeddingConfigError"),
     ("ctxgraph.nodes.memory.render", "MemoryBudgetError"),
     ("ctxgraph.graph.subagent_files", "SubagentFileError"),
+    ("ctxgraph.store.forget.run", "ForgetError"),
+    ("ctxgraph.store.redaction", "RedactionError"),
 )
 """Errors reported as one line and exit status 2 instead of a traceback (module, class), as
 ``OptionError`` is."""
@@ -200,11 +202,40 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help="list the malformed stored items (namespace, key, problem) every reader skips",
     )
-    forget = _command(memory_commands, "forget", "delete one remembered fact by key")
+    forget = _command(
+        memory_commands,
+        "forget",
+        "forget one remembered fact by key: a user's fact also from every thread of the "
+        "user (as 'ctxgraph forget --fact'), printing a receipt; a project fact is deleted",
+    )
     _identity_arguments(forget, thread=False)
     forget.add_argument("key", help="key of the fact to forget")
-    export = _command(memory_commands, "export", "print everything remembered for a user as JSON")
+    export = _command(
+        memory_commands,
+        "export",
+        "write everything remembered for a user as a memory bundle (JSON with digests)",
+    )
     _identity_arguments(export, thread=False)
+    export.add_argument(
+        "--out", metavar="FILE", default=None, help="write the bundle to FILE (default: stdout)"
+    )
+    bundle_import = _command(
+        memory_commands,
+        "import",
+        "import a memory bundle (from memory export) into a user's memory; a bundle whose "
+        "digests do not match is refused whole",
+    )
+    bundle_import.add_argument("file", metavar="FILE", help="the bundle; - reads stdin")
+    bundle_import.add_argument("--user", required=True, help="user id whose memory receives it")
+    bundle_import.add_argument(
+        "--agent", default=None, help="agent of the user facts (default: the bundle's)"
+    )
+    bundle_import.add_argument(
+        "--project", default=None, help="project of the project facts (default: the bundle's)"
+    )
+    bundle_import.add_argument(
+        "--dry-run", action="store_true", help="report what would be imported, write nothing"
+    )
     search = _command(
         memory_commands, "search", "rank the remembered facts for a query, as memory_search does"
     )
@@ -222,6 +253,46 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "built with build_graph(ranker=...) does (default: the built-in ranking)",
     )
     _command(memory_commands, "process", "run every pending (deferred) memory extraction now")
+
+
+def _forget_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    forget = _command(
+        commands,
+        "forget",
+        "forget a fact or a text everywhere the user's data holds it (memory, thread "
+        "windows, summaries, archive, artifacts, jobs, older checkpoints) and print a receipt",
+    )
+    forget.add_argument("--user", required=True, help="user id whose data is searched")
+    what = forget.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--fact",
+        metavar="KEY",
+        help="key of a remembered fact: its content, evidence, history and the numbers, "
+        "e-mail addresses and links in them",
+    )
+    what.add_argument("--text", help="a text to forget (at least three characters)")
+    forget.add_argument(
+        "--thread", default=None, help="search only this thread of the user (and the memory)"
+    )
+    forget.add_argument("--dry-run", action="store_true", help="list the places, change nothing")
+    _wait_argument(forget, "each thread")
+
+
+def _users_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    users = _command(commands, "users", "manage users")
+    user_commands = users.add_subparsers(dest="users_command", required=True)
+    delete = _command(
+        user_commands,
+        "delete",
+        "delete a user: every thread it owns (checkpoints, archive, artifacts, jobs, lease), "
+        "its memory and profile, its queued extractions, and the project facts of its "
+        "threads; prints a receipt with a count per place",
+    )
+    delete.add_argument("user_id", metavar="USER", help="the user id to delete")
+    delete.add_argument(
+        "--dry-run", action="store_true", help="print what would be deleted, delete nothing"
+    )
+    _wait_argument(delete, "the deletion of each thread")
 
 
 def _skills_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -345,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     _memory_parser(commands)
+    _forget_parser(commands)
+    _users_parser(commands)
     _skills_parser(commands)
     return parser
 
@@ -367,6 +440,8 @@ def _memory(args: argparse.Namespace) -> int:
             return memory.process_memory(persistence.store, extractor, settings, sys.stdout)
     from ctxgraph.state.settings import Settings
 
+    if args.memory_command == "import":
+        return _memory_import(args)
     context = _context(args)
     # The settings the CLI's graph uses (search ranks with them), read before the database
     # is opened; the other subcommands do not need them.
@@ -374,14 +449,76 @@ def _memory(args: argparse.Namespace) -> int:
     with open_persistence() as persistence:
         store = persistence.store
         if args.memory_command == "forget":
-            return memory.forget_memory(store, context, args.key, sys.stdout)
+            wait = thread_wait(None, os.environ)
+            return memory.forget_memory(persistence, context, args.key, sys.stdout, wait=wait)
         if args.memory_command == "export":
-            return memory.export_memory(store, context, sys.stdout)
+            return memory.export_memory(store, context, sys.stdout, path=args.out)
         if args.memory_command == "search":
             return memory.search_memory(
                 store, context, args.query, args.limit, sys.stdout, search_settings, args.ranker
             )
         return memory.list_memory(store, context, sys.stdout, problems=args.problems)
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from ctxgraph.graph.cli.forget import forget_command
+    from ctxgraph.state.context import validate_label, validate_thread_id
+    from ctxgraph.store.persistence.connection import open_persistence
+
+    validate_label("user_id", args.user)  # before the database is opened
+    if args.thread is not None:
+        validate_thread_id(args.thread)
+    wait = thread_wait(args.wait, os.environ)
+    with open_persistence() as persistence:
+        return forget_command(
+            persistence,
+            args.user,
+            fact=args.fact,
+            text=args.text,
+            thread_id=args.thread,
+            dry_run=args.dry_run,
+            wait=wait,
+            out=sys.stdout,
+            busy_status=THREAD_BUSY_EXIT,
+        )
+
+
+def _memory_import(args: argparse.Namespace) -> int:
+    """``memory import``: the bundle is read and verified before the database is opened."""
+    from ctxgraph.graph.cli import memory
+    from ctxgraph.state.context import Context
+    from ctxgraph.state.settings import Settings
+    from ctxgraph.store.persistence.connection import open_persistence
+
+    bundle = memory.read_bundle(args.file, sys.stdin)
+    context = Context(
+        user_id=args.user,
+        agent_name=args.agent or bundle["agent_name"],
+        project_id=args.project or bundle["project_id"],
+    )
+    threshold = Settings.from_env(os.environ).confidence_threshold
+    with open_persistence() as persistence:
+        return memory.import_memory(
+            persistence.store,
+            bundle,
+            context,
+            sys.stdout,
+            dry_run=args.dry_run,
+            threshold=threshold,
+        )
+
+
+def _users(args: argparse.Namespace) -> int:
+    from ctxgraph.graph.cli.users import delete_user_command
+    from ctxgraph.store.persistence.connection import open_persistence
+    from ctxgraph.store.user_deletion import checked_user_id
+
+    user_id = checked_user_id(args.user_id)  # before the database is opened
+    wait = thread_wait(args.wait, os.environ)
+    with open_persistence() as persistence:
+        return delete_user_command(
+            persistence, user_id, sys.stdout, dry_run=args.dry_run, wait=wait
+        )
 
 
 def _process_left_over_memory() -> None:
@@ -462,6 +599,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_demo(sys.stdout, user=args.user, thread_id=args.thread)
     if args.command == "memory":
         return _memory(args)
+    if args.command == "users":
+        return _users(args)
+    if args.command == "forget":
+        return _forget(args)
     if args.command == "skills":
         from ctxgraph.graph.cli.skills import skills_command
 

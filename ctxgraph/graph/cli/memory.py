@@ -1,4 +1,4 @@
-"""``ctxgraph memory list|search|forget|export|process``: inspect and manage long-term memory."""
+"""``ctxgraph memory list|search|forget|export|import|process``: inspect and manage memory."""
 
 from __future__ import annotations
 
@@ -7,20 +7,30 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import import_module
-from typing import TYPE_CHECKING, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ctxgraph.graph.cli.options import SEARCH_LIMITS, OptionError
 from ctxgraph.graph.cli.text import plural
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
+from ctxgraph.store.memory.bundle import (
+    BundleError,
+    ImportResult,
+    export_bundle,
+    import_bundle,
+    verify_bundle,
+)
 from ctxgraph.store.memory.ranking import Ranker
 from ctxgraph.store.memory.repository import Fact, MemoryRepository
+from ctxgraph.store.memory.rules import DEFAULT_THRESHOLD
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
 
     from ctxgraph.nodes.memory.extract import MemoryExtractor
     from ctxgraph.nodes.memory.worker import Processed
+    from ctxgraph.store.persistence.connection import Persistence
 
 # The extraction worker (with the model layer) is imported by the functions that process
 # extractions, so the read-only subcommands (list, search, export) do not load it.
@@ -168,18 +178,134 @@ def search_memory(
     return 0
 
 
-def forget_memory(store: BaseStore, context: Context, key: str, out: TextIO) -> int:
-    """Delete the fact ``key`` (the user's first, else the project's); raise if there is none."""
+def forget_memory(
+    persistence: Persistence, context: Context, key: str, out: TextIO, *, wait: float
+) -> int:
+    """Forget the fact ``key``: a user's fact everywhere, else the project's fact.
+
+    A fact of the user (for the context's agent) is forgotten as ``ctxgraph forget --fact``
+    does: its text goes from every thread of the user too, and the receipt is printed. A
+    project fact is shared, so only the fact itself is deleted. Raises
+    ``UnknownFactError`` when neither holds ``key``.
+    """
+    from functools import partial
+
+    from ctxgraph.store.forget import forget
+    from ctxgraph.store.namespaces import user_facts
+    from ctxgraph.store.persistence.thread_lock import thread_lock
+
+    store = persistence.store
+    if store.get(user_facts(context.user_id, context.agent_name), key) is not None:
+        receipt = forget(
+            store,
+            persistence.checkpointer,
+            context.user_id,
+            fact=key,
+            agent_name=context.agent_name,
+            lock=partial(thread_lock, persistence, wait=wait),
+        )
+        out.write(f"forgot {key}\n")
+        out.writelines(line + "\n" for line in receipt.lines())
+        return 0
     if not MemoryRepository(store).forget(context, key):
         raise UnknownFactError(f"no fact with key {key} for user {context.user_id}")
     out.write(f"forgot {key}\n")
     return 0
 
 
-def export_memory(store: BaseStore, context: Context, out: TextIO) -> int:
-    """Write everything remembered for the user, agent and project as JSON."""
-    json.dump(MemoryRepository(store).export(context), out, ensure_ascii=False, indent=2)
-    out.write("\n")
+def export_memory(
+    store: BaseStore, context: Context, out: TextIO, *, path: str | None = None
+) -> int:
+    """Write the memory bundle of the user, agent and project (``store.memory.bundle``).
+
+    The bundle goes to ``out``, or to the file ``path`` (then ``out`` gets one line saying
+    what was written). Malformed stored items are left out, with one warning saying how
+    many. Raises ``OptionError`` when ``path`` cannot be written.
+    """
+    with _per_item_warnings_muted():
+        bundle = export_bundle(store, context)
+        skipped = len(MemoryRepository(store).problems(context))
+    if skipped:
+        logger.warning(
+            "left %s out of the bundle; see them with `ctxgraph memory list --problems`",
+            plural(skipped, "malformed memory item"),
+        )
+    text = json.dumps(bundle, ensure_ascii=False, indent=2) + "\n"
+    if path is None:
+        out.write(text)
+        return 0
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise OptionError(f"--out {path}: cannot write the bundle ({error.strerror})") from error
+    profile = " and the profile" if bundle["profile"] is not None else ""
+    out.write(
+        f"exported {plural(len(bundle['facts']), 'fact')}{profile} of {_who(context)} to {path}\n"
+    )
+    return 0
+
+
+def read_bundle(path: str, stdin: TextIO) -> dict[str, Any]:
+    """The verified bundle in the file ``path`` (``-`` is ``stdin``), before any database use.
+
+    Raises ``OptionError`` (one line, exit status 2) when the file cannot be read, is not
+    JSON, or fails ``verify_bundle`` (its message names the first problem).
+    """
+    try:
+        text = stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+        raise OptionError(f"memory import {path}: cannot read the bundle ({reason})") from error
+    try:
+        bundle = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise OptionError(f"memory import {path}: not JSON ({error})") from error
+    try:
+        verify_bundle(bundle)
+    except BundleError as error:
+        raise OptionError(f"memory import {path}: refused, nothing written: {error}") from error
+    assert isinstance(bundle, dict)
+    return bundle
+
+
+def report_import(result: ImportResult, context: Context, out: TextIO) -> None:
+    """One line per refused or conflicting item, then the counts."""
+    for label, reason in result.refused:
+        out.write(f"refused {label}: {reason}\n")
+    for label, reason in result.conflicts:
+        out.write(f"conflict {label}: {reason}\n")
+    verb = "dry run: would import" if result.dry_run else "imported"
+    out.write(
+        f"{verb} {plural(len(result.imported), 'item')} into "
+        f"{_who(context)}; unchanged {len(result.unchanged)}, refused {len(result.refused)}, "
+        f"conflicts {len(result.conflicts)}\n"
+    )
+
+
+def import_memory(
+    store: BaseStore,
+    bundle: dict[str, Any],
+    context: Context,
+    out: TextIO,
+    *,
+    dry_run: bool = False,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> int:
+    """Import a bundle (:func:`read_bundle`) into the memory of ``context``; print the counts.
+
+    ``context`` names the user, the agent of the user facts and the project of the project
+    facts. Exit status 0, also when facts were refused or in conflict (each is listed).
+    """
+    result = import_bundle(
+        store,
+        bundle,
+        context.user_id,
+        agent_name=context.agent_name,
+        project_id=context.project_id,
+        dry_run=dry_run,
+        threshold=threshold,
+    )
+    report_import(result, context, out)
     return 0
 
 

@@ -24,12 +24,16 @@ from ctxgraph.state.context import validate_label, validate_thread_id
 from ctxgraph.state.delegations import STATUSES, DelegationEntry, DelegationRecord
 from ctxgraph.state.usage import UsageTotals
 from ctxgraph.store.artifacts import ArtifactError, ArtifactStore, UnknownArtifactError
+from ctxgraph.store.artifacts.redaction import prior_hashes
 from ctxgraph.store.ownership import check_thread_owner, thread_owner
 from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
+    RedactionAnchors,
+    RedactionNote,
     ThreadArchive,
     committed_version,
     record_messages,
+    redaction_anchors,
     tampered_versions,
     verify_versioned,
 )
@@ -69,6 +73,8 @@ class SavedThread:
     """The thread's ``task`` calls (``delegations``), oldest first, and folded counts."""
     usage: UsageTotals = field(default_factory=dict)
     """What the thread's model calls cost, per role (``model_usage``)."""
+    anchors: dict[str, Any] = field(default_factory=dict)
+    """The anchors of the archive's recorded redactions (``redaction_anchors``)."""
 
 
 def check_owner(persistence: Persistence, thread_id: str, user_id: str | None) -> str:
@@ -117,6 +123,7 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
         skills=active_skill_names(values.get("skill_context")),
         delegations=delegation_record(values.get("delegations")),
         usage=thread_usage(values.get("model_usage")),
+        anchors=redaction_anchors(persistence.store, thread_id),
     )
 
 
@@ -177,7 +184,7 @@ def show_thread(
     """
     thread = load_thread(persistence, thread_id)
     versioned = list(zip(thread.versions, thread.archive, strict=True))
-    modified = tampered_versions(versioned, thread.mark)
+    modified = tampered_versions(versioned, thread.mark, thread.anchors)
     folded = {version: _readable(record) for version, record in versioned}
     archived = sum(len(messages or []) for messages in folded.values())
     total = archived + len(thread.window)
@@ -192,7 +199,7 @@ def show_thread(
         )
     else:
         out.write(f"thread {shown_id}: {plural(total, 'message')}\n")
-    broken = broken_line(thread_id, versioned, thread.mark)
+    broken = broken_line(thread_id, versioned, thread.mark, thread.anchors)
     if broken is not None:
         out.write(broken + "\n")
     number = 1
@@ -234,14 +241,18 @@ def show_thread(
 
 
 def broken_line(
-    thread_id: str, versioned: Sequence[tuple[int, ArchiveRecord]], mark: Mapping[str, Any] | None
+    thread_id: str,
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    mark: Mapping[str, Any] | None,
+    anchors: RedactionAnchors | None = None,
 ) -> str | None:
     """A marker line when the thread's committed archive does not verify, else None.
 
     The whole chain is checked against the mark, as ``threads verify`` does (a missing or
-    modified version, a mark that disagrees); prepared leftovers do not count.
+    modified version, a mark that disagrees, a redaction entry no anchor records);
+    prepared leftovers do not count.
     """
-    report = verify_versioned(versioned, mark)
+    report = verify_versioned(versioned, mark, anchors)
     if report.ok:
         return None
     return (
@@ -405,13 +416,22 @@ def full_inputs(
     return shown, notes
 
 
+def _redacted(artifacts: ArtifactStore, ref: str, sha256: str) -> bool:
+    """Whether the artifact held content with ``sha256`` before a forget redacted it."""
+    return sha256 in prior_hashes(artifacts.store, artifacts.thread_id, ref)
+
+
 def _artifact_text(artifacts: ArtifactStore, ref: str, sha256: object) -> tuple[str | None, str]:
     """The artifact's text, or None and what is wrong with it."""
     try:
         artifact = artifacts.get(ref)
         if artifact is None:
             return None, "is missing (evicted, or never stored)"
-        if isinstance(sha256, str) and sha256 != artifact.sha256:
+        if (
+            isinstance(sha256, str)
+            and sha256 != artifact.sha256
+            and not _redacted(artifacts, ref, sha256)
+        ):
             return None, "holds different content than this message recorded"
         return artifacts.read_text(ref), ""
     except ArtifactError as error:
@@ -501,14 +521,18 @@ def verify_thread_command(persistence: Persistence, thread_id: str, out: TextIO)
     """Recompute checksums and the hash chain; exit status 0 when intact, 1 when broken.
 
     Versions above the thread's mark are prepared leftovers of an interrupted compaction:
-    they are named on a line of their own and do not make the thread broken.
+    they are named on a line of their own and do not make the thread broken. Recorded
+    redactions (``forget``) keep the thread intact and are listed on the intact line.
     """
     thread = load_thread(persistence, thread_id)
     committed = list(zip(thread.versions, thread.archive, strict=True))
-    report = verify_versioned(committed, thread.mark)
+    report = verify_versioned(committed, thread.mark, thread.anchors)
     if report.ok:
         checked = plural(report.versions_checked, "compaction version")
-        out.write(f"thread {thread_id}: intact ({checked} verified against the thread state)\n")
+        out.write(
+            f"thread {thread_id}: intact ({checked} verified against the thread state)"
+            f"{redactions_text(report.redactions)}\n"
+        )
     else:
         out.write(
             f"thread {thread_id}: BROKEN at version {report.first_broken_version}: "
@@ -517,6 +541,18 @@ def verify_thread_command(persistence: Persistence, thread_id: str, out: TextIO)
     if thread.prepared:
         out.write(_leftover_line(thread_id, [v for v, _ in thread.prepared], thread.mark) + "\n")
     return 0 if report.ok else 1
+
+
+def redactions_text(notes: Sequence[RedactionNote]) -> str:
+    """``, 2 redactions: <at> fact in v1, v2; <at> text in v3`` (empty without any)."""
+    if not notes:
+        return ""
+    listed = "; ".join(
+        f"{escape_control(note.at)} {escape_control(note.kind)} in "
+        + ", ".join(f"v{version}" for version in note.versions)
+        for note in notes
+    )
+    return f", {plural(len(notes), 'redaction')}: {listed}"
 
 
 def _leftover_line(thread_id: str, versions: list[int], mark: dict[str, Any] | None) -> str:

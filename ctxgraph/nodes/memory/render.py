@@ -27,6 +27,7 @@ __all__ = [
     "PROFILE_LINE",
     "SECTION_LABELS",
     "UNVERIFIED",
+    "UNVERIFIED_IMPORTED",
     "UNVERIFIED_UNKNOWN",
     "MemoryBudgetError",
     "render_memory",
@@ -45,6 +46,8 @@ UNVERIFIED = " (unverified: written via {provenance})"
 is not ``"extraction"``), so it is never presented as an extracted, confirmed memory."""
 UNVERIFIED_UNKNOWN = " (unverified: origin unknown)"
 """Appended instead when nothing says who wrote the fact (``provenance="unknown"``)."""
+UNVERIFIED_IMPORTED = " (unverified: imported)"
+"""Appended instead to a fact written by ``ctxgraph memory import`` (``provenance="import"``)."""
 CORRECTION_TAG = "{category}, correction"
 """Tag of a fact flagged ``is_correction`` whose category is not ``correction`` itself."""
 
@@ -117,6 +120,8 @@ def _unverified(provenance: object) -> str:
     """The mark of a fact by its provenance: none for extraction or when none is given."""
     if provenance is _MISSING or provenance is None or provenance == "extraction":
         return ""
+    if provenance == "import":
+        return UNVERIFIED_IMPORTED
     if isinstance(provenance, str) and provenance.strip() and provenance != "unknown":
         return UNVERIFIED.format(provenance=" ".join(provenance.split())[:20])
     return UNVERIFIED_UNKNOWN
@@ -183,7 +188,8 @@ def render_memory(
     the number of facts chosen in all. A fact whose ``provenance`` is given and is not
     ``"extraction"`` (it did not pass the acceptance gate: written by ``add_fact``, the
     CLI, an import or directly into the Store) ends with ``UNVERIFIED`` (or
-    ``UNVERIFIED_UNKNOWN``); a fact without a ``provenance`` field is not marked.
+    ``UNVERIFIED_UNKNOWN``, or ``UNVERIFIED_IMPORTED`` for an import); a fact without a
+    ``provenance`` field is not marked.
     Raises ValueError for bad arguments or a malformed fact.
     """
     return _render(

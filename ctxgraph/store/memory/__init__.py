@@ -1,5 +1,14 @@
 """Long-term memory: the repository, its acceptance rules, fact records and the work queue."""
 
+from ctxgraph.store.memory.bundle import (
+    BundleError,
+    ImportResult,
+    aexport_bundle,
+    aimport_bundle,
+    export_bundle,
+    import_bundle,
+    verify_bundle,
+)
 from ctxgraph.store.memory.ranking import Ranker, Source, rank, scored_candidates
 from ctxgraph.store.memory.repository import (
     HISTORY_LIMIT,
@@ -22,9 +31,11 @@ __all__ = [
     "HISTORY_LIMIT",
     "PROFILE_SECTIONS",
     "SECTION_LIMIT",
+    "BundleError",
     "Decision",
     "Fact",
     "FactCandidate",
+    "ImportResult",
     "MemoryRepository",
     "MemoryUpdate",
     "Problem",
@@ -35,6 +46,11 @@ __all__ = [
     "Source",
     "accept_candidate",
     "accept_profile_update",
+    "aexport_bundle",
+    "aimport_bundle",
+    "export_bundle",
+    "import_bundle",
     "rank",
     "scored_candidates",
+    "verify_bundle",
 ]

@@ -14,7 +14,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict, messages_to
 from langgraph.store.base import BaseStore, Item, SearchItem
 
 from ctxgraph.state.summary import CHAIN_SEED, chain_hash, checksum
-from ctxgraph.store.namespaces import thread_archive
+from ctxgraph.store.namespaces import thread_archive, thread_redactions
 from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
 
 PAGE_SIZE = 100
@@ -57,6 +57,10 @@ class ArchiveRecord(TypedDict):
     """The integrity rule (``HASH_VERSION``); absent on records written before rule 2."""
     record_hash: NotRequired[str]
     """Rule 2: SHA-256 of the canonical JSON of every other field (see ``record_digest``)."""
+    redactions: NotRequired[list[dict[str, Any]]]
+    """Redactions of this record's text, oldest first: receipt, at, kind, count, before."""
+    relinked: NotRequired[list[dict[str, Any]]]
+    """Redactions of an earlier record that re-linked this one: receipt, at, before."""
 
 
 TAMPERED = "this record was modified after it was archived"
@@ -67,12 +71,32 @@ class ArchiveConflictError(RuntimeError):
     """A different record is already archived under the same, committed, version."""
 
 
+RedactionAnchors = Mapping[str, Any]
+"""A thread's redaction anchors: receipt id -> ``{at, kind, versions: {"<v>": {count,
+before, after}}}``, as stored in ``thread_redactions(thread_id)``."""
+
+HASH_FIELDS = ("checksum", "chain_hash", "record_hash")
+"""The hashes of a record that a redaction recomputes and its anchor records."""
+
+
+@dataclass(frozen=True)
+class RedactionNote:
+    """One recorded redaction of an archive, as a verification reports it."""
+
+    receipt: str
+    at: str
+    kind: str
+    versions: tuple[int, ...]
+    """The archive versions whose text it replaced (versions only re-linked are left out)."""
+
+
 @dataclass(frozen=True)
 class VerifyReport:
     """Outcome of verifying an archive; names the first broken version and why.
 
     ``prepared`` lists the versions found above the thread's committed mark: leftovers of
     an interrupted compaction, which are not part of the history and are not verified.
+    ``redactions`` lists the recorded redactions of the verified versions, oldest first.
     """
 
     ok: bool
@@ -80,6 +104,7 @@ class VerifyReport:
     first_broken_version: int | None
     reason: str | None
     prepared: tuple[int, ...] = ()
+    redactions: tuple[RedactionNote, ...] = ()
 
 
 def version_key(version: int) -> str:
@@ -109,8 +134,7 @@ def build_record(
     cursor = previous_cursor + len(messages)
     record = ArchiveRecord(
         version=version,
-        # Stored as the JSON the Store gives back, so the record hash reads the same after.
-        messages=_as_json(messages_to_dict(messages)),
+        messages=serialized_messages(messages),
         event_ids=event_ids,
         cursor=cursor,
         summary=dict(summary),
@@ -135,6 +159,19 @@ def record_digest(record: Mapping[str, object]) -> str:
         _normalized(fields), ensure_ascii=False, sort_keys=True, separators=(",", ":")
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def serialized_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """``messages`` as a record stores them: the JSON the Store gives back.
+
+    Stored so, the record hash reads the same after a round trip through the Store.
+    """
+    return cast(list[dict[str, Any]], _as_json(messages_to_dict(messages)))
+
+
+def record_hashes(record: Mapping[str, object]) -> dict[str, object]:
+    """The checksum, chain hash and record hash of ``record`` (None for a missing one)."""
+    return {name: record.get(name) for name in HASH_FIELDS}
 
 
 def _as_json(value: Any) -> Any:
@@ -334,7 +371,9 @@ def _already_stored(record: ArchiveRecord, existing: Item | None, prepared: bool
 
 
 def verify_records(
-    records: Sequence[ArchiveRecord], mark: Mapping[str, Any] | None
+    records: Sequence[ArchiveRecord],
+    mark: Mapping[str, Any] | None,
+    anchors: RedactionAnchors | None = None,
 ) -> VerifyReport:
     """Verify records given in archive order (ascending versions 1..N), then the mark.
 
@@ -348,7 +387,24 @@ def verify_records(
     field (``created_at`` included); a record without ``hash_version`` (written before) is
     verified by the older rule, unless an earlier record of the chain has one: a chain
     never goes back to the older rule, so stripping the fields of a newer record shows.
+
+    ``anchors`` are the thread's redaction anchors (see ``redaction_anchors``; None: none
+    recorded). A record whose ``redactions``/``relinked`` entries each match an anchor,
+    whose current hashes are the ``after`` of its latest one, verifies as intact; one
+    claiming a redaction no anchor records, lacking one an anchor records, or edited
+    after its redaction is broken. The report lists the redactions of the verified records.
     """
+    report = _verified(records, mark, anchors or {})
+    present = {_labelled(record, index + 1) for index, record in enumerate(records)}
+    upto = committed_version(mark) if mark is not None else None
+    versions = {version for version in present if upto is None or version <= upto}
+    return replace(report, redactions=_notes(anchors or {}, versions))
+
+
+def _verified(
+    records: Sequence[ArchiveRecord], mark: Mapping[str, Any] | None, anchors: RedactionAnchors
+) -> VerifyReport:
+    """:func:`verify_records` without the list of redactions."""
     prepared: tuple[int, ...] = ()
     upto = committed_version(mark) if mark is not None else None
     if upto is not None:
@@ -368,6 +424,8 @@ def verify_records(
         problem = _record_problem(record, expected, present, previous_hash, previous_cursor)
         if problem is None and full_coverage and "hash_version" not in record:
             problem = _downgraded(expected)
+        if problem is None:
+            problem = _redaction_problem(record, anchors)
         if problem is not None:
             return VerifyReport(False, index, expected, problem, prepared)
         previous_hash, previous_cursor = record["chain_hash"], record["cursor"]
@@ -396,29 +454,47 @@ def verify_thread(store: BaseStore, thread_id: str, mark: Mapping[str, Any] | No
     """Verify the archive of ``thread_id`` in ``store`` against the thread state's mark.
 
     Versions above the mark are prepared leftovers: listed in ``prepared``, not verified.
+    The thread's redaction anchors are read from the Store (see ``verify_records``).
     """
-    return verify_versioned(ThreadArchive(store, thread_id).versioned(), mark)
+    versioned = ThreadArchive(store, thread_id).versioned()
+    return verify_versioned(versioned, mark, redaction_anchors(store, thread_id))
 
 
 async def averify_thread(
     store: BaseStore, thread_id: str, mark: Mapping[str, Any] | None
 ) -> VerifyReport:
     """Async :func:`verify_thread`."""
-    return verify_versioned(await ThreadArchive(store, thread_id).aversioned(), mark)
+    versioned = await ThreadArchive(store, thread_id).aversioned()
+    return verify_versioned(versioned, mark, await aredaction_anchors(store, thread_id))
+
+
+def redaction_anchors(store: BaseStore, thread_id: str) -> dict[str, Any]:
+    """The redaction anchors of ``thread_id``: receipt id -> anchor (see ``RedactionAnchors``)."""
+    return {item.key: item.value for item in list_namespace(store, thread_redactions(thread_id))}
+
+
+async def aredaction_anchors(store: BaseStore, thread_id: str) -> dict[str, Any]:
+    """Async :func:`redaction_anchors`."""
+    items = await alist_namespace(store, thread_redactions(thread_id))
+    return {item.key: item.value for item in items}
 
 
 def verify_versioned(
-    versioned: Sequence[tuple[int, ArchiveRecord]], mark: Mapping[str, Any] | None
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    mark: Mapping[str, Any] | None,
+    anchors: RedactionAnchors | None = None,
 ) -> VerifyReport:
     """Verify the committed part of ``(version, record)`` pairs; list the prepared rest."""
     upto = committed_version(mark)
     committed = [record for version, record in versioned if upto is None or version <= upto]
     prepared = tuple(version for version, _ in versioned if upto is not None and version > upto)
-    return replace(verify_records(committed, mark), prepared=prepared)
+    return replace(verify_records(committed, mark, anchors), prepared=prepared)
 
 
 def tampered_versions(
-    versioned: Sequence[tuple[int, ArchiveRecord]], mark: Mapping[str, Any] | None = None
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    mark: Mapping[str, Any] | None = None,
+    anchors: RedactionAnchors | None = None,
 ) -> dict[int, str]:
     """The committed versions whose content no longer matches their stored hashes, and why.
 
@@ -427,6 +503,8 @@ def tampered_versions(
     that is among ``versioned`` (link and cursor), and against ``mark`` when the mark names
     its version. Unlike :func:`verify_records`, every such record is reported, not only
     the first; a missing version is not a modified record and is left to ``verify``.
+    Given ``anchors``, a record's redaction entries are checked too (as ``verify_records``
+    does); without them a redacted record is judged by its hashes alone.
     """
     present = {version for version, _ in versioned}
     problems: dict[int, str] = {}
@@ -437,6 +515,8 @@ def tampered_versions(
         previous: Mapping[str, object] = before.get(version - 1) or {}
         if problem is None and "hash_version" in previous and "hash_version" not in record:
             problem = _downgraded(version)
+        if problem is None and anchors is not None:
+            problem = _redaction_problem(record, anchors)
         if problem is None and mark is not None and mark.get("version") == version:
             problem = _mark_difference(mark, record)
         if problem is not None:
@@ -544,6 +624,119 @@ def _coverage_problem(record: ArchiveRecord) -> str | None:
             "(a field such as created_at was edited, added or removed)"
         )
     return None
+
+
+def _anchor_entry(anchor: object, version: int) -> Mapping[str, Any] | None:
+    """What ``anchor`` records for ``version`` ({count, before, after}), or None."""
+    versions = anchor.get("versions") if isinstance(anchor, Mapping) else None
+    entry = versions.get(str(version)) if isinstance(versions, Mapping) else None
+    return entry if isinstance(entry, Mapping) else None
+
+
+def _claims(record: ArchiveRecord) -> list[Mapping[str, Any]] | str:
+    """The record's ``redactions`` and ``relinked`` entries, or why they cannot be read."""
+    fields: Mapping[str, object] = record
+    claims: list[Mapping[str, Any]] = []
+    for name in ("redactions", "relinked"):
+        entries = fields.get(name, [])
+        if not isinstance(entries, list) or not all(
+            isinstance(entry, Mapping) and isinstance(entry.get("receipt"), str)
+            for entry in entries
+        ):
+            return f"the record of version {record['version']} has no valid {name!r} field"
+        claims.extend(cast(list[Mapping[str, Any]], entries))
+    return claims
+
+
+def _redaction_problem(record: ArchiveRecord, anchors: RedactionAnchors) -> str | None:
+    """Why the record's redaction entries disagree with the thread's anchors, or None.
+
+    Each entry must name an anchor that records this version, each such anchor must have
+    an entry, and the anchors' ``after`` -> ``before`` hashes must lead back from the
+    record's current hashes through all of them (the latest redaction first).
+    """
+    version = record["version"]
+    claims = _claims(record)
+    if isinstance(claims, str):
+        return claims
+    named = {receipt for receipt, anchor in anchors.items() if _anchor_entry(anchor, version)}
+    if not claims and not named:
+        return None
+    if "hash_version" not in record:
+        return f"version {version} claims redactions but has no record hash covering them"
+    receipts = [str(claim["receipt"]) for claim in claims]
+    if len(set(receipts)) != len(receipts):
+        return f"version {version} names the same redaction twice"
+    forged = [receipt for receipt in receipts if receipt not in named]
+    if forged:
+        return (
+            f"version {version} claims redaction {forged[0]!r}, which no redaction anchor of "
+            "the thread records (an edit passed off as a redaction)"
+        )
+    missing = sorted(named - set(receipts))
+    if missing:
+        return (
+            f"version {version} has no entry for redaction {missing[0]!r}, which the "
+            "thread's anchor records for it (a redaction entry was removed)"
+        )
+    return _unwound(version, {str(claim["receipt"]): claim for claim in claims}, record, anchors)
+
+
+def _unwound(
+    version: int,
+    claims: dict[str, Mapping[str, Any]],
+    record: ArchiveRecord,
+    anchors: RedactionAnchors,
+) -> str | None:
+    """Walk back from the record's hashes through its redactions' anchors (None: all fit)."""
+    current: object = record_hashes(record)
+    while claims:
+        entries = {receipt: _anchor_entry(anchors[receipt], version) or {} for receipt in claims}
+        latest = next((r for r, entry in entries.items() if entry.get("after") == current), None)
+        if latest is None:
+            newest = max(claims, key=lambda receipt: str(anchors[receipt].get("at")))
+            return (
+                f"version {version} was modified after redaction {newest!r}: its hashes are "
+                "not the ones the redaction's anchor recorded"
+            )
+        claim, entry = claims.pop(latest), entries[latest]
+        anchor = anchors[latest]
+        if claim.get("before") != entry.get("before") or any(
+            name in claim and claim[name] != value
+            for name, value in (
+                ("at", anchor.get("at")),
+                ("kind", anchor.get("kind")),
+                ("count", entry.get("count")),
+            )
+        ):
+            return f"version {version}'s entry for redaction {latest!r} disagrees with its anchor"
+        current = entry.get("before")
+    return None
+
+
+def _notes(anchors: RedactionAnchors, versions: set[int]) -> tuple[RedactionNote, ...]:
+    """The anchors that replaced text in any of ``versions``, oldest first."""
+    notes: list[RedactionNote] = []
+    for receipt, anchor in anchors.items():
+        held = tuple(
+            version
+            for version in sorted(versions)
+            if _positive((_anchor_entry(anchor, version) or {}).get("count"))
+        )
+        if held:
+            notes.append(
+                RedactionNote(
+                    receipt=receipt,
+                    at=str(anchor.get("at")),
+                    kind=str(anchor.get("kind")),
+                    versions=held,
+                )
+            )
+    return tuple(sorted(notes, key=lambda note: (note.at, note.receipt)))
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _mark_report(mark: Mapping[str, Any], records: Sequence[ArchiveRecord]) -> VerifyReport:

@@ -49,6 +49,8 @@ __all__ = [
     "LeaseState",
     "LocalLeases",
     "PostgresLeases",
+    "adelete_lease",
+    "delete_lease",
     "leases_for",
     "new_holder",
 ]
@@ -187,6 +189,11 @@ class LocalLeases:
             self._rows[lease.thread_id] = renewed
         return Lease(lease.thread_id, renewed.holder, renewed.token, renewed.expires_at)
 
+    def forget_thread(self, thread_id: str) -> int:
+        """Drop the thread's row, live or not (a deleted thread); how many went (0 or 1)."""
+        with self._lock:
+            return 0 if self._rows.pop(thread_id, None) is None else 1
+
     def release(self, lease: Lease) -> None:
         """See :meth:`CompactionLeases.release`."""
         with self._lock:
@@ -262,6 +269,7 @@ _RELEASE = (
     f"UPDATE {TABLE} SET expires_at = LEAST(expires_at, now()) "
     "WHERE thread_id = %s AND token = %s RETURNING token"
 )
+_DELETE = f"DELETE FROM {TABLE} WHERE thread_id = %s RETURNING token"
 _CURRENT = (
     f"SELECT holder, token, {_EXPIRY}, expires_at > now() AS live FROM {TABLE} WHERE thread_id = %s"
 )
@@ -458,3 +466,29 @@ def leases_for(store: BaseStore | None) -> CompactionLeases:
     if isinstance(store, PostgresStore | AsyncPostgresStore):
         return PostgresLeases(store)
     return PROCESS_LEASES
+
+
+def delete_lease(store: BaseStore | None, thread_id: str) -> int:
+    """Delete the thread's lease row (live or not); how many rows went (0 or 1).
+
+    For a thread that is being deleted: a job that still holds the lease loses it (its
+    ``is_current`` turns False, so it commits nothing), and the next acquire starts the
+    thread's fencing tokens again at 1.
+    """
+    _check_name("thread_id", thread_id)
+    if isinstance(store, PostgresStore):
+        return 0 if _fetch(store, _DELETE, (thread_id,)) is None else 1
+    if isinstance(store, AsyncPostgresStore):
+        return 0 if _on_loop(store, "delete", _afetch(store, _DELETE, (thread_id,))) is None else 1
+    return PROCESS_LEASES.forget_thread(thread_id)
+
+
+async def adelete_lease(store: BaseStore | None, thread_id: str) -> int:
+    """Async :func:`delete_lease`."""
+    _check_name("thread_id", thread_id)
+    if isinstance(store, AsyncPostgresStore):
+        return 0 if await _afetch(store, _DELETE, (thread_id,)) is None else 1
+    if isinstance(store, PostgresStore):
+        row = await asyncio.to_thread(_fetch, store, _DELETE, (thread_id,))
+        return 0 if row is None else 1
+    return delete_lease(store, thread_id)

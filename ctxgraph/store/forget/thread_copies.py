@@ -1,0 +1,247 @@
+"""The thread side of a forget: archive, artifacts, job results, queue, then checkpoints.
+
+Store copies go first and the checkpoints last, so the mark in the thread state (which
+``threads verify`` checks the archive against) changes only after the archive it
+describes. A run stopped in between leaves an archive redacted under a receipt and an old
+mark; the next forget finds the mark among the redaction's "before" hashes and moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+from ctxgraph.store.artifacts.redaction import aredact_artifacts, redact_artifacts
+from ctxgraph.store.forget.store_items import aapply, aitem_rewrites, apply, item_rewrites
+from ctxgraph.store.persistence.archive import ThreadArchive
+from ctxgraph.store.persistence.archive_redaction import (
+    ArchiveRedaction,
+    aredact_archive,
+    redact_archive,
+)
+from ctxgraph.store.persistence.checkpoint_rewrite import (
+    METADATA_CHANNEL,
+    CheckpointRewrite,
+    Transform,
+    arewrite_thread,
+    rewrite_thread,
+)
+from ctxgraph.store.receipts import Place
+from ctxgraph.store.redaction import Redactor
+
+__all__ = [
+    "MARK_CHANNEL",
+    "AsyncSaverStates",
+    "AsyncThreadStates",
+    "SaverStates",
+    "ThreadStates",
+    "aforget_thread",
+    "forget_thread",
+]
+
+MARK_CHANNEL = "compaction"
+"""The state channel holding the archive mark (``CompactionMark``)."""
+
+_CHANNEL_KINDS = {
+    "messages": "thread window",
+    "summary": "summary and ledger",
+    "memory_view": "memory view",
+    "delegations": "delegation record",
+    "skill_context": "active skills",
+    METADATA_CHANNEL: "checkpoint metadata",
+}
+
+
+class ThreadStates(Protocol):
+    """Where a thread's state lives: read its archive mark, rewrite its checkpoints."""
+
+    def mark(self, thread_id: str) -> dict[str, Any] | None:
+        """The archive mark (``state["compaction"]``) of the thread's latest state."""
+        ...
+
+    def rewrite(self, thread_id: str, transform: Transform, *, dry_run: bool) -> CheckpointRewrite:
+        """Count, and unless ``dry_run`` replace, what ``transform`` finds in every state."""
+        ...
+
+
+class AsyncThreadStates(Protocol):
+    """Async :class:`ThreadStates` (a LangGraph server's threads, an async saver)."""
+
+    async def mark(self, thread_id: str) -> dict[str, Any] | None:
+        """The archive mark (``state["compaction"]``) of the thread's latest state."""
+        ...
+
+    async def rewrite(
+        self, thread_id: str, transform: Transform, *, dry_run: bool
+    ) -> CheckpointRewrite:
+        """Count, and unless ``dry_run`` replace, what ``transform`` finds in every state."""
+        ...
+
+
+def _head_config(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+def _mark_of(checkpointer_tuple: Any) -> dict[str, Any] | None:
+    if checkpointer_tuple is None:
+        return None
+    mark = checkpointer_tuple.checkpoint.get("channel_values", {}).get(MARK_CHANNEL)
+    return dict(mark) if isinstance(mark, Mapping) else None
+
+
+class SaverStates:
+    """:class:`ThreadStates` and :class:`AsyncThreadStates` of a checkpointer."""
+
+    def __init__(self, checkpointer: BaseCheckpointSaver[Any]) -> None:
+        self.checkpointer = checkpointer
+
+    def mark(self, thread_id: str) -> dict[str, Any] | None:
+        """The mark in the latest root checkpoint."""
+        return _mark_of(self.checkpointer.get_tuple(_head_config(thread_id)))
+
+    def rewrite(self, thread_id: str, transform: Transform, *, dry_run: bool) -> CheckpointRewrite:
+        """``rewrite_thread`` on the saver."""
+        return rewrite_thread(self.checkpointer, thread_id, transform, dry_run=dry_run)
+
+
+class AsyncSaverStates:
+    """:class:`AsyncThreadStates` of an async checkpointer."""
+
+    def __init__(self, checkpointer: BaseCheckpointSaver[Any]) -> None:
+        self.checkpointer = checkpointer
+
+    async def mark(self, thread_id: str) -> dict[str, Any] | None:
+        """The mark in the latest root checkpoint."""
+        return _mark_of(await self.checkpointer.aget_tuple(_head_config(thread_id)))
+
+    async def rewrite(
+        self, thread_id: str, transform: Transform, *, dry_run: bool
+    ) -> CheckpointRewrite:
+        """``arewrite_thread`` on the saver."""
+        return await arewrite_thread(self.checkpointer, thread_id, transform, dry_run=dry_run)
+
+
+def _healed(mark: dict[str, Any] | None, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The mark moved onto its record's hashes when an earlier redaction left it behind."""
+    if mark is None or record is None:
+        return None
+    current = (record.get("checksum"), record.get("chain_hash"))
+    if (mark.get("checksum"), mark.get("chain_hash")) == current:
+        return None
+    entries = [*(record.get("redactions") or []), *(record.get("relinked") or [])]
+    for entry in entries:
+        before = entry.get("before", {}) if isinstance(entry, Mapping) else {}
+        if (before.get("checksum"), before.get("chain_hash")) == (
+            mark.get("checksum"),
+            mark.get("chain_hash"),
+        ):
+            return {**mark, "checksum": current[0], "chain_hash": current[1]}
+    return None
+
+
+def _transform(redactor: Redactor, mark: dict[str, Any] | None) -> Transform:
+    def transform(channel: str, value: Any) -> tuple[Any, int]:
+        if channel == MARK_CHANNEL and mark is not None:
+            return (mark, 1) if value != mark else (value, 0)
+        return redactor.value(value)
+
+    return transform
+
+
+def _places(
+    thread_id: str,
+    archive: ArchiveRedaction,
+    artifacts: Mapping[str, int],
+    items: list[Place],
+    checkpoints: CheckpointRewrite,
+) -> list[Place]:
+    places = [
+        Place("archive record", f"thread {thread_id} version {version}", count)
+        for version, count in sorted(archive.counts.items())
+    ]
+    places += [
+        Place("artifact", f"thread {thread_id} {ref}", count) for ref, count in artifacts.items()
+    ]
+    places += items
+    for channel, count in checkpoints.head.items():
+        if channel != MARK_CHANNEL:
+            kind = _CHANNEL_KINDS.get(channel, f"state {channel}")
+            places.append(Place(kind, f"thread {thread_id}", count))
+    if checkpoints.older:
+        where = f"thread {thread_id} ({checkpoints.older_checkpoints} checkpoints)"
+        places.append(Place("older checkpoints", where, checkpoints.older))
+    return places
+
+
+def forget_thread(
+    store: BaseStore,
+    states: ThreadStates,
+    thread_id: str,
+    redactor: Redactor,
+    *,
+    receipt_id: str,
+    at: str,
+    dry_run: bool,
+) -> list[Place]:
+    """Redact every copy of the text in one thread; returns the places it held them."""
+    mark = states.mark(thread_id)
+    archive = redact_archive(
+        store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
+    )
+    new_mark = archive.mark
+    if new_mark is None and mark is not None and not dry_run:
+        new_mark = _healed(mark, _record(ThreadArchive(store, thread_id).get, mark))
+    artifacts = redact_artifacts(store, thread_id, redactor.text, dry_run=dry_run)
+    rewrites = item_rewrites(store, thread_id, redactor)
+    if not dry_run:
+        apply(store, rewrites)
+    checkpoints = states.rewrite(thread_id, _transform(redactor, new_mark), dry_run=dry_run)
+    return _places(
+        thread_id, archive, artifacts, [rewrite.place for rewrite in rewrites], checkpoints
+    )
+
+
+async def aforget_thread(
+    store: BaseStore,
+    states: AsyncThreadStates,
+    thread_id: str,
+    redactor: Redactor,
+    *,
+    receipt_id: str,
+    at: str,
+    dry_run: bool,
+) -> list[Place]:
+    """Async :func:`forget_thread`."""
+    mark = await states.mark(thread_id)
+    archive = await aredact_archive(
+        store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
+    )
+    new_mark = archive.mark
+    if new_mark is None and mark is not None and not dry_run:
+        version = mark.get("version")
+        archive_of = ThreadArchive(store, thread_id)
+        record = (
+            await archive_of.aget(version) if isinstance(version, int) and _valid(version) else None
+        )
+        new_mark = _healed(mark, record)
+    artifacts = await aredact_artifacts(store, thread_id, redactor.text, dry_run=dry_run)
+    rewrites = await aitem_rewrites(store, thread_id, redactor)
+    if not dry_run:
+        await aapply(store, rewrites)
+    checkpoints = await states.rewrite(thread_id, _transform(redactor, new_mark), dry_run=dry_run)
+    return _places(
+        thread_id, archive, artifacts, [rewrite.place for rewrite in rewrites], checkpoints
+    )
+
+
+def _valid(version: object) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version > 0
+
+
+def _record(get: Any, mark: Mapping[str, Any]) -> Any:
+    version = mark.get("version")
+    return get(version) if _valid(version) else None
