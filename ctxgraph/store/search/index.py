@@ -6,7 +6,9 @@ namespace's version: on Postgres a change counter kept by a trigger
 installed; on other stores a full listing. When the version moved (a write by this or any
 other process sharing the database), the trigger's change log (or, without it, a
 comparison of every key's update time) names the facts written or deleted since, and only
-those are re-read and re-indexed.
+those are re-read and re-indexed. The log is trusted only while the counter row is the one
+the index last saw (same epoch): a namespace whose tracking rows were deleted and then
+written again, whatever its counter, is compared key by key, so no deleted fact survives.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeGuard, cast
 
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
@@ -35,6 +37,7 @@ from ctxgraph.store.facts import Problem, parse_fact, report_problem
 from ctxgraph.store.persistence.change_tracking import (
     CHANGED_ROWS_QUERY,
     VERSION_QUERY,
+    row_epoch,
     row_version,
     tracking_probe,
 )
@@ -442,19 +445,23 @@ def _refresh_plan(
 
     Sync and async callers run the same plan. With change tracking the log names the keys
     written since the index's counter and they are read in the same query (two round
-    trips in all after a write, one when nothing changed); without it, every key's update
-    time is compared.
+    trips in all after a write, one when nothing changed); without it, or when the counter
+    row is not the one the index last saw (see ``_since``), every key's update time is
+    compared.
     """
     rows = yield (VERSION_QUERY if tracked else _AGGREGATE, (prefix,))
     version = _version(rows[0] if rows else None, tracked)
     if space.loaded and version == space.version:
         return None
-    since = _counter(space.version) if tracked and space.loaded else None
+    since = _since(space.version, version) if tracked and space.loaded else None
     if since is not None:
         logged = yield (CHANGED_ROWS_QUERY, (prefix, since))
-        stored = [row for row in logged if row["value"] is not None]
-        gone = [row["key"] for row in logged if row["value"] is None]
-        return Changes(version, _rows(stored), gone)
+        # The counter moved, so the log names at least one key, unless the namespace's
+        # tracking rows were deleted meanwhile: then only a full comparison is sound.
+        if logged:
+            stored = [row for row in logged if row["value"] is not None]
+            gone = [row["key"] for row in logged if row["value"] is None]
+            return Changes(version, _rows(stored), gone)
     stamps = {row["key"]: _stamp(row["updated_at"]) for row in (yield (_STAMPS, (prefix,)))}
     changed, removed = space.stale(stamps)
     if not changed:
@@ -464,11 +471,24 @@ def _refresh_plan(
     return Changes(version, _rows((yield query)), removed)
 
 
-def _counter(version: Hashable) -> int | None:
-    """The counter value of a tracked version, else None."""
-    if isinstance(version, tuple) and len(version) == 2 and version[0] == "counter":
-        return int(version[1])
+def _since(seen: Hashable, current: Hashable) -> int | None:
+    """The counter to read the change log from, or None when the log cannot be trusted.
+
+    The log since the counter the index saw names every change only while the counter
+    row is the same one: same epoch (a row created anew, after its tracking rows were
+    deleted, has another) and a counter that did not go back. A namespace without a row
+    (counter 0, no epoch) has nothing in the log to read.
+    """
+    if _is_counter(seen) and _is_counter(current):
+        _, seen_counter, seen_epoch = seen
+        _, counter, epoch = current
+        if epoch is not None and epoch == seen_epoch and counter >= seen_counter:
+            return int(seen_counter)
     return None
+
+
+def _is_counter(version: Hashable) -> TypeGuard[tuple[Any, ...]]:
+    return isinstance(version, tuple) and len(version) == 3 and version[0] == "counter"
 
 
 def _ready(row: Any) -> bool:
@@ -479,7 +499,7 @@ def _ready(row: Any) -> bool:
 
 def _version(row: Any, tracked: bool) -> Hashable:
     if tracked:
-        return ("counter", row_version(row))
+        return ("counter", row_version(row), row_epoch(row))
     return ("aggregate", int(row["n"]), str(row["fingerprint"])) if row else ("aggregate", 0, "0")
 
 
