@@ -54,10 +54,11 @@ def test_langgraph_dockerfile_serves_both_graphs_from_the_installed_project(
     # Every graph of langgraph.json is served from the copied clone.
     [graphs_line] = [line for line in dockerfile.splitlines() if "LANGSERVE_GRAPHS=" in line]
     graphs = json.loads(graphs_line.split("=", 1)[1].strip("'"))
-    assert set(graphs) == {"ctxgraph", "memory_worker", "compaction_worker"}
+    assert set(graphs) == {"ctxgraph", "memory_worker", "compaction_worker", "forget"}
     assert graphs["ctxgraph"].endswith("/ctxgraph/graph/agent.py:graph")
     assert graphs["memory_worker"].endswith("/ctxgraph/graph/memory_worker.py:graph")
     assert graphs["compaction_worker"].endswith("/ctxgraph/graph/compaction_worker.py:graph")
+    assert graphs["forget"].endswith("/ctxgraph/graph/forget_graph.py:graph")
     deps = graphs["ctxgraph"].removesuffix("/ctxgraph/graph/agent.py:graph")
     assert f"ADD . {deps}" in dockerfile, dockerfile
 

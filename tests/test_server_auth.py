@@ -49,6 +49,7 @@ def write_config(folder: Path) -> Path:
             ("ctxgraph", "agent"),
             ("memory_worker", "memory_worker"),
             ("compaction_worker", "compaction_worker"),
+            ("forget", "forget_graph"),
         )
     }
     config = {

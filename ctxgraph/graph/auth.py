@@ -20,6 +20,10 @@ not be ``projects`` (that word is the project part of the ``memory`` namespace).
   ``compaction_worker`` graphs. A non-operator may run ``compaction_worker`` only for a
   thread they own: that is how the ``compact`` node's background jobs
   (``ServerJobQueue``) run, as the user of the run that queued them.
+- ``forget``: every user may run it for themselves, as a stateless run only (a run on a
+  thread is refused for everyone, 403). An input ``user_id`` naming someone else, or a
+  ``thread_id`` the caller does not own, is refused (403) unless the caller is an
+  operator.
 - Anything else is refused by a default-deny global handler (kept when the deployment
   registered its own global handler first).
 """
@@ -46,6 +50,9 @@ MEMORY_WORKER = "memory_worker"
 COMPACTION_WORKER = "compaction_worker"
 WORKER_GRAPHS = frozenset({MEMORY_WORKER, COMPACTION_WORKER})
 """Graph ids (as in ``langgraph.json``) only operators may run."""
+
+FORGET_GRAPH = "forget"
+"""The graph id (as in ``langgraph.json``) of the forget graph."""
 
 PROJECTS = "projects"
 """The second part of the project namespaces ``("memory", "projects", P, ...)``."""
@@ -79,7 +86,7 @@ class _Handlers:
     def __init__(self, operators: Collection[str], projects: Projects) -> None:
         self._operators = frozenset(operators)
         self._projects = projects
-        self._workers = {_graph_assistant(graph): graph for graph in WORKER_GRAPHS}
+        self._workers = {_graph_assistant(graph): graph for graph in (*WORKER_GRAPHS, FORGET_GRAPH)}
 
     # --- who ---------------------------------------------------------------
 
@@ -150,6 +157,8 @@ class _Handlers:
         graph = await self.graph_of(value.get("assistant_id"))
         if graph in WORKER_GRAPHS and not self.is_operator(ctx):
             await self.check_worker_run(graph, kwargs.get("input"))
+        if graph == FORGET_GRAPH:
+            await self.check_forget_run(ctx, identity, value, kwargs.get("input"))
         self.stamp(ctx, value)
         return self.owner_filter(ctx)
 
@@ -200,6 +209,30 @@ class _Handlers:
             f"only an operator (permission {OPERATOR_PERMISSION!r}) may run the {graph!r} "
             "graph, except compaction jobs for the caller's own threads"
         )
+
+    async def check_forget_run(
+        self, ctx: Auth.types.AuthContext, identity: str, value: Any, payload: object
+    ) -> None:
+        """``forget``: stateless, for the caller, on the caller's threads (operators: any)."""
+        if value.get("thread_id") is not None:
+            raise _forbidden(
+                f"run the {FORGET_GRAPH!r} graph as a stateless run "
+                f"(runs.wait(None, {FORGET_GRAPH!r}, input=...)), not on a thread"
+            )
+        if self.is_operator(ctx):
+            return
+        payload = payload if isinstance(payload, dict) else {}
+        named = payload.get("user_id")
+        if named not in (None, "", identity):
+            raise _forbidden(
+                f"forget for user {named!r}: only an operator (permission "
+                f"{OPERATOR_PERMISSION!r}) may forget for another user than {identity!r}"
+            )
+        thread_id = payload.get("thread_id")
+        if thread_id is not None and not (
+            isinstance(thread_id, str) and await self.owns_thread(thread_id)
+        ):
+            raise _forbidden(f"forget in thread {thread_id!r}: not a thread of {identity!r}")
 
     async def owns_thread(self, thread_id: str) -> bool:
         """Whether the caller may read ``thread_id`` (the thread rule filters by owner)."""
