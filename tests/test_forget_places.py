@@ -200,3 +200,24 @@ def test_a_forget_stopped_after_the_archive_is_finished_by_the_next_one() -> Non
         {"messages": [HumanMessage("And now?", id="m9")]}, config, context=Context(user_id="zed")
     )
     assert verify_thread(store, "t-zed", graph.get_state(config).values["compaction"]).ok
+
+
+def test_a_thread_with_pending_writes_is_skipped_before_anything_is_written() -> None:
+    store, saver = InMemoryStore(), InMemorySaver()
+    graph = compacted_thread(store, saver, "t-zed")
+    config: Any = {"configurable": {"thread_id": "t-zed"}}
+    head = saver.get_tuple(config)
+    assert head is not None
+    saver.put_writes(head.config, [("messages", [HumanMessage("in flight", id="x")])], "task-1")
+    before = stored_text(store)
+
+    receipt = forget(store, saver, "zed", text=SECRET)
+
+    assert receipt.skipped and "t-zed" in receipt.skipped[0]
+    assert SECRET in stored_text(store)  # the archive is untouched
+    values = graph.get_state(config).values
+    assert verify_thread(store, "t-zed", values["compaction"]).ok
+    assert all(
+        place.kind == "memory fact" or "t-zed" not in place.where for place in receipt.places
+    )
+    assert before.count(SECRET) == stored_text(store).count(SECRET)

@@ -187,7 +187,13 @@ def forget_thread(
     at: str,
     dry_run: bool,
 ) -> list[Place]:
-    """Redact every copy of the text in one thread; returns the places it held them."""
+    """Redact every copy of the text in one thread; returns the places it held them.
+
+    A thread with pending writes at its head (a run in progress, interrupted or failed)
+    raises ``PendingWritesError`` before anything is written: the checkpoints are checked
+    first, so such a thread is left exactly as it was.
+    """
+    states.rewrite(thread_id, _transform(redactor, None), dry_run=True)  # refuses a busy one
     mark = states.mark(thread_id)
     archive = redact_archive(
         store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
@@ -216,6 +222,7 @@ async def aforget_thread(
     dry_run: bool,
 ) -> list[Place]:
     """Async :func:`forget_thread`."""
+    await states.rewrite(thread_id, _transform(redactor, None), dry_run=True)
     mark = await states.mark(thread_id)
     archive = await aredact_archive(
         store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
