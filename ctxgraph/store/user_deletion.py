@@ -33,10 +33,9 @@ while the deletion runs.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager, nullcontext, suppress
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Any
 
-import psycopg
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, Item, PutOp
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
@@ -61,7 +60,7 @@ from ctxgraph.store.persistence.compaction_lease import (
 )
 from ctxgraph.store.persistence.connection import AsyncPersistence, Persistence
 from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
-from ctxgraph.store.persistence.store_cursor import astore_cursor, store_cursor
+from ctxgraph.store.persistence.store_cursor import acommitted_cursor, committed_cursor
 from ctxgraph.store.persistence.thread_lock import DEFAULT_WAIT, athread_lock, thread_lock
 from ctxgraph.store.receipts import (
     DELETE_USER,
@@ -208,19 +207,9 @@ def _sql(store: BaseStore, query: str, params: Sequence[object] = ()) -> list[An
     """Rows of one statement on a Postgres Store's database, committed; [] elsewhere."""
     if not isinstance(store, PostgresStore):
         return []
-    with store_cursor(store) as cur:
-        conn = cur.connection
-        try:
-            cur.execute(query, params)
-            rows = cur.fetchall() if cur.description else []
-            if not conn.autocommit:
-                conn.commit()
-        except BaseException:
-            if not conn.autocommit:
-                with suppress(psycopg.Error):
-                    conn.rollback()
-            raise
-        return rows
+    with committed_cursor(store) as cur:
+        cur.execute(query, params)
+        return cur.fetchall() if cur.description else []
 
 
 def _namespaces(store: BaseStore, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -376,19 +365,9 @@ async def _asql(store: BaseStore, query: str, params: Sequence[object] = ()) -> 
         return _sql(store, query, params)
     if not isinstance(store, AsyncPostgresStore):
         return []
-    async with astore_cursor(store) as cur:
-        conn = cur.connection
-        try:
-            await cur.execute(query, params)
-            rows = await cur.fetchall() if cur.description else []
-            if not conn.autocommit:
-                await conn.commit()
-        except BaseException:
-            if not conn.autocommit:
-                with suppress(psycopg.Error):
-                    await conn.rollback()
-            raise
-        return rows
+    async with acommitted_cursor(store) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall() if cur.description else []
 
 
 async def _anamespaces(store: BaseStore, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:

@@ -30,17 +30,15 @@ import threading
 import time
 import weakref
 from collections.abc import Coroutine
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import uuid4
 
-import psycopg
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 from psycopg.rows import DictRow
 
-from ctxgraph.store.persistence.store_cursor import astore_cursor, store_cursor
+from ctxgraph.store.persistence.store_cursor import acommitted_cursor, committed_cursor
 
 __all__ = [
     "TABLE",
@@ -291,52 +289,28 @@ def _mark_installed(store: BaseStore) -> None:
 
 def _fetch(store: PostgresStore, query: str, params: tuple[object, ...]) -> DictRow | None:
     """Run one statement as its own committed transaction; its first row, if any."""
-    with store_cursor(store) as cur:
-        conn = cur.connection
-        try:
-            if not conn.autocommit:
-                conn.commit()  # a transaction left open would make now() stale
-            if not _is_installed(store):
-                with conn.transaction():
-                    for statement in _INSTALL:
-                        cur.execute(statement)
-                _mark_installed(store)
-            cur.execute(query, params)
-            row = cur.fetchone()
-            if not conn.autocommit:
-                conn.commit()
-        except BaseException:
-            if not conn.autocommit:
-                with suppress(psycopg.Error):
-                    conn.rollback()
-            raise
-        return row
+    with committed_cursor(store) as cur:
+        if not _is_installed(store):
+            with cur.connection.transaction():
+                for statement in _INSTALL:
+                    cur.execute(statement)
+            _mark_installed(store)
+        cur.execute(query, params)
+        return cur.fetchone()
 
 
 async def _afetch(
     store: AsyncPostgresStore, query: str, params: tuple[object, ...]
 ) -> DictRow | None:
     """Async :func:`_fetch`."""
-    async with astore_cursor(store) as cur:
-        conn = cur.connection
-        try:
-            if not conn.autocommit:
-                await conn.commit()
-            if not _is_installed(store):
-                async with conn.transaction():
-                    for statement in _INSTALL:
-                        await cur.execute(statement)
-                _mark_installed(store)
-            await cur.execute(query, params)
-            row = await cur.fetchone()
-            if not conn.autocommit:
-                await conn.commit()
-        except BaseException:
-            if not conn.autocommit:
-                with suppress(psycopg.Error):
-                    await conn.rollback()
-            raise
-        return row
+    async with acommitted_cursor(store) as cur:
+        if not _is_installed(store):
+            async with cur.connection.transaction():
+                for statement in _INSTALL:
+                    await cur.execute(statement)
+            _mark_installed(store)
+        await cur.execute(query, params)
+        return await cur.fetchone()
 
 
 def _on_loop(store: AsyncPostgresStore, method: str, work: Coroutine[Any, Any, T]) -> T:
