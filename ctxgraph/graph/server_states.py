@@ -221,8 +221,12 @@ class ServerThreadStates:
         return self._client
 
     async def mark(self, thread_id: str) -> dict[str, Any] | None:
-        """The archive mark (``state["compaction"]``) of the thread's latest state."""
+        """The archive mark (``state["compaction"]``) of the thread's latest state.
+
+        Raises ``PendingWritesError`` for a thread with a scheduled node or an interrupt.
+        """
         state = await self.client.threads.get_state(thread_id)
+        _check_idle(thread_id, state)
         mark = _values(state).get(MARK_CHANNEL)
         return dict(mark) if isinstance(mark, Mapping) else None
 

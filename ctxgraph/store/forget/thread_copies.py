@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.store.base import BaseStore
 
 from ctxgraph.store.artifacts.redaction import aredact_artifacts, redact_artifacts
@@ -26,6 +26,7 @@ from ctxgraph.store.persistence.archive_redaction import (
 from ctxgraph.store.persistence.checkpoint_rewrite import (
     METADATA_CHANNEL,
     CheckpointRewrite,
+    PendingWritesError,
     Transform,
     arewrite_thread,
     rewrite_thread,
@@ -60,7 +61,11 @@ class ThreadStates(Protocol):
     """Where a thread's state lives: read its archive mark, rewrite its checkpoints."""
 
     def mark(self, thread_id: str) -> dict[str, Any] | None:
-        """The archive mark (``state["compaction"]``) of the thread's latest state."""
+        """The archive mark (``state["compaction"]``) of the thread's latest state.
+
+        Raises ``PendingWritesError`` when that state is busy (a run in progress,
+        interrupted or failed), before anything of the thread is changed.
+        """
         ...
 
     def rewrite(self, thread_id: str, transform: Transform, *, dry_run: bool) -> CheckpointRewrite:
@@ -72,7 +77,7 @@ class AsyncThreadStates(Protocol):
     """Async :class:`ThreadStates` (a LangGraph server's threads, an async saver)."""
 
     async def mark(self, thread_id: str) -> dict[str, Any] | None:
-        """The archive mark (``state["compaction"]``) of the thread's latest state."""
+        """The archive mark of the thread's latest state; refuses a busy one."""
         ...
 
     async def rewrite(
@@ -86,10 +91,13 @@ def _head_config(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
 
 
-def _mark_of(checkpointer_tuple: Any) -> dict[str, Any] | None:
-    if checkpointer_tuple is None:
+def _mark_of(thread_id: str, head: CheckpointTuple | None) -> dict[str, Any] | None:
+    """The mark in the root head; ``PendingWritesError`` when the head has pending writes."""
+    if head is None:
         return None
-    mark = checkpointer_tuple.checkpoint.get("channel_values", {}).get(MARK_CHANNEL)
+    if head.pending_writes:
+        raise PendingWritesError(thread_id, "", len(head.pending_writes))
+    mark = head.checkpoint.get("channel_values", {}).get(MARK_CHANNEL)
     return dict(mark) if isinstance(mark, Mapping) else None
 
 
@@ -100,8 +108,8 @@ class SaverStates:
         self.checkpointer = checkpointer
 
     def mark(self, thread_id: str) -> dict[str, Any] | None:
-        """The mark in the latest root checkpoint."""
-        return _mark_of(self.checkpointer.get_tuple(_head_config(thread_id)))
+        """The mark in the latest root checkpoint (refused when it has pending writes)."""
+        return _mark_of(thread_id, self.checkpointer.get_tuple(_head_config(thread_id)))
 
     def rewrite(self, thread_id: str, transform: Transform, *, dry_run: bool) -> CheckpointRewrite:
         """``rewrite_thread`` on the saver."""
@@ -115,8 +123,8 @@ class AsyncSaverStates:
         self.checkpointer = checkpointer
 
     async def mark(self, thread_id: str) -> dict[str, Any] | None:
-        """The mark in the latest root checkpoint."""
-        return _mark_of(await self.checkpointer.aget_tuple(_head_config(thread_id)))
+        """The mark in the latest root checkpoint (refused when it has pending writes)."""
+        return _mark_of(thread_id, await self.checkpointer.aget_tuple(_head_config(thread_id)))
 
     async def rewrite(
         self, thread_id: str, transform: Transform, *, dry_run: bool
@@ -190,10 +198,9 @@ def forget_thread(
     """Redact every copy of the text in one thread; returns the places it held them.
 
     A thread with pending writes at its head (a run in progress, interrupted or failed)
-    raises ``PendingWritesError`` before anything is written: the checkpoints are checked
-    first, so such a thread is left exactly as it was.
+    raises ``PendingWritesError`` from ``states.mark``, the first read, so such a thread is
+    left exactly as it was.
     """
-    states.rewrite(thread_id, _transform(redactor, None), dry_run=True)  # refuses a busy one
     mark = states.mark(thread_id)
     archive = redact_archive(
         store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
@@ -222,7 +229,6 @@ async def aforget_thread(
     dry_run: bool,
 ) -> list[Place]:
     """Async :func:`forget_thread`."""
-    await states.rewrite(thread_id, _transform(redactor, None), dry_run=True)
     mark = await states.mark(thread_id)
     archive = await aredact_archive(
         store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
