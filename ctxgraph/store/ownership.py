@@ -103,6 +103,9 @@ def forget_owner(store: BaseStore, thread_id: str) -> None:
 
 _PAGE = 100
 
+_META = thread_meta("t")[-1]
+"""The last part of every ``thread_meta`` namespace."""
+
 
 def _owned(items: list[Any], user_id: str) -> list[str]:
     return sorted(
@@ -110,7 +113,7 @@ def _owned(items: list[Any], user_id: str) -> list[str]:
         for item in items
         if item.key == OWNER_KEY
         and len(item.namespace) == 3
-        and item.namespace[2] == thread_meta("x")[2]
+        and item.namespace[2] == _META
         and _owner_of(item.value) == user_id
     )
 

@@ -137,10 +137,6 @@ def _skip_line(thread_id: str, error: ThreadBusyError) -> str:
     return text if thread_id in text else f"thread {thread_id}: {text}"
 
 
-def _profile(get: Callable[[tuple[str, ...], str], Item | None], user_id: str) -> Item | None:
-    return get(user_profile(user_id), PROFILE_KEY)
-
-
 @dataclass(frozen=True)
 class _MemoryPlan:
     """What the forget changes in the user's memory: facts to delete, the new profile."""
@@ -228,7 +224,8 @@ def forget(
                 )
         except ThreadBusyError as error:
             skipped.append(_skip_line(thread, error))
-    memory = _MemoryPlan.of(items, redactor, user_id, threads, _profile(store.get, user_id))
+    profile = store.get(user_profile(user_id), PROFILE_KEY)
+    memory = _MemoryPlan.of(items, redactor, user_id, threads, profile)
     if memory.due(fact, skipped):
         if not dry_run:
             for namespace, key in memory.removals:
