@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import TextIO
 
 COMPACTION_LOGGER = "ctxgraph.compaction"
@@ -75,11 +76,50 @@ class QuietFilter(logging.Filter):
         return record.levelno >= logging.WARNING and not is_routine(record)
 
 
+class OpenLine:
+    """The output stream a streamed answer has left mid-line, if any.
+
+    A record logged while an answer streams would otherwise land on the answer's line
+    (standard output and standard error share the terminal): the handler ends that line
+    first, and the answer's next token starts a new ``assistant:`` line.
+    """
+
+    def __init__(self) -> None:
+        """No line is open."""
+        self._stream: TextIO | None = None
+        self._lock = threading.Lock()
+
+    def opened(self, stream: TextIO) -> None:
+        """``stream`` now ends in the middle of a line."""
+        with self._lock:
+            self._stream = stream
+
+    def is_open(self, stream: TextIO) -> bool:
+        """Whether ``stream`` ends in the middle of a line."""
+        return self._stream is stream
+
+    def end(self) -> None:
+        """End the open line, if there is one."""
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.write("\n")
+            stream.flush()
+
+
+OPEN_LINE = OpenLine()
+"""The process's one open answer line: the command line prints one turn at a time."""
+
+
 class _StderrHandler(logging.StreamHandler[TextIO]):
-    """Writes to whatever ``sys.stderr`` is when a record arrives (it may be redirected)."""
+    """Writes to whatever ``sys.stderr`` is when a record arrives (it may be redirected).
+
+    A record never shares a line with a streamed answer: an open line is ended first.
+    """
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Write the record to the current ``sys.stderr``."""
+        """Write the record to the current ``sys.stderr``, on a line of its own."""
+        OPEN_LINE.end()
         self.stream = sys.stderr
         super().emit(record)
 

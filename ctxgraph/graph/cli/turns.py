@@ -28,6 +28,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 
 from ctxgraph.graph.builder import Graph
+from ctxgraph.graph.cli.notices import OPEN_LINE
 from ctxgraph.graph.cli.render import escape_control, tool_call_line, tool_result_line
 from ctxgraph.nodes.subagents.stop import stop_all
 from ctxgraph.nodes.subagents.tool import TASK_TOOL
@@ -188,7 +189,6 @@ class _TurnPrinter:
         """Ids of the answers whose text was printed as it streamed."""
         self._model_streamed = False
         """Whether the ``model`` node streamed text since its last update."""
-        self._mid_line = False
         self.final: AIMessage | None = None
 
     def event(self, mode: str, payload: Any) -> None:
@@ -204,9 +204,17 @@ class _TurnPrinter:
     def close(self) -> AIMessage | None:
         """End the last line; the last answer the turn added."""
         if self._mid_line:
-            self._out.write("\n")
+            OPEN_LINE.end()
         self._out.flush()
         return self.final
+
+    @property
+    def _mid_line(self) -> bool:
+        """Whether the output ends in the middle of a streamed answer's line.
+
+        A warning logged meanwhile ends that line (``OPEN_LINE``), so it never shares it.
+        """
+        return OPEN_LINE.is_open(self._out)
 
     def _token(self, chunk: Any, metadata: Mapping[str, Any]) -> None:
         if (
@@ -217,7 +225,7 @@ class _TurnPrinter:
         ):
             shown = escape_control(chunk.content)
             self._out.write(shown if self._mid_line else "assistant: " + shown)
-            self._mid_line = True
+            OPEN_LINE.opened(self._out)
             self._model_streamed = True
             if chunk.id is not None:
                 self._streamed.add(chunk.id)
@@ -225,8 +233,9 @@ class _TurnPrinter:
 
     def _write_lines(self, lines: list[str]) -> None:
         if lines:
-            self._out.write(("\n" if self._mid_line else "") + "\n".join(lines) + "\n")
-            self._mid_line = False
+            if self._mid_line:
+                OPEN_LINE.end()
+            self._out.write("\n".join(lines) + "\n")
             self._out.flush()
 
     def _new(self, message: object) -> bool:
