@@ -91,10 +91,22 @@ RETRIES_VARIABLE = "CTXGRAPH_MAX_RETRIES"
 """Environment variable: how often a failed model request is retried."""
 
 DEFAULT_TIMEOUT = 120.0
-"""Seconds one request to a model endpoint may take (each retry gets as long again)."""
+"""Seconds one request to a remote model endpoint may take (each retry gets as long again)."""
+
+DEFAULT_LOCAL_TIMEOUT = 600.0
+"""Seconds one request to a local endpoint may take: a small model on a CPU can need
+minutes for a summary or an extraction, and a request cut off is paid for in full."""
 
 DEFAULT_MAX_RETRIES = 2
-"""Retries of a request that failed to connect, timed out, or got HTTP 408/409/429/5xx."""
+"""Retries of a failed request. Remote endpoints: after a failure to connect, a timeout or
+HTTP 408/409/429/5xx. Local endpoints: only failures that come back at once (see
+``local_retries``), never a timeout."""
+
+STREAM_USAGE_VARIABLE = "CTXGRAPH_STREAM_USAGE"
+"""Environment variable: ``0`` stops asking an OpenAI-compatible server for usage in streams."""
+
+OFF_WORDS = frozenset({"0", "false", "no", "off"})
+"""Values that turn a boolean environment variable off."""
 
 LOCAL_HOSTS = ("localhost", "::1")
 """Host names of local endpoints, which need no ``OPENAI_API_KEY`` (as do 127.x.x.x)."""
@@ -152,7 +164,7 @@ class Models:
         memory_model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float | None = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> Models:
         """Build ``ChatOpenAI`` models for the three roles on one OpenAI-compatible endpoint.
@@ -163,8 +175,10 @@ class Models:
             memory_model: The memory model's name; None (or ``model``) uses the main one.
             base_url: The endpoint; None is OpenAI's (then ``api_key`` is required).
             api_key: The endpoint's key; a local server needs none.
-            timeout: Seconds one request may take, for every role.
-            max_retries: Retries of a failed request, for every role.
+            timeout: Seconds one request may take, for every role; None is 600 for a
+                local ``base_url`` and 120 otherwise.
+            max_retries: Retries of a failed request, for every role (on a local
+                endpoint, only of failures that come back at once, never of a timeout).
 
         Returns:
             The models, sharing one endpoint, key and limits.
@@ -176,6 +190,10 @@ class Models:
         """
         if not api_key and not base_url:
             raise ModelConfigError(missing_key_message(None))
+        if timeout is None:
+            timeout = (
+                DEFAULT_LOCAL_TIMEOUT if is_local_endpoint(base_url or "") else DEFAULT_TIMEOUT
+            )
         if isinstance(timeout, bool) or not (
             isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0
         ):
@@ -239,7 +257,8 @@ class Models:
         openai_compatible = any(provider is None for provider, _ in specs.values())
         if openai_compatible and not api_key and not is_local_endpoint(base_url):
             raise ModelConfigError(missing_key_message(base_url or None))
-        timeout, retries = request_limits(environ)
+        timeout, retries = request_limits(environ, local=is_local_endpoint(base_url))
+        stream_usage = environ.get(STREAM_USAGE_VARIABLE, "").strip().lower() not in OFF_WORDS
 
         def make(role: str) -> BaseChatModel:
             provider, model = specs[role]
@@ -251,6 +270,7 @@ class Models:
                     api_key=api_key or None,
                     timeout=timeout,
                     max_retries=retries,
+                    stream_usage=stream_usage,
                 )
             return provider_chat_model(
                 role, provider, model, environ=environ, timeout=timeout, max_retries=retries
@@ -288,18 +308,33 @@ def openai_chat_model(
     api_key: str | None,
     timeout: float,
     max_retries: int,
+    stream_usage: bool = True,
 ) -> BaseChatModel:
-    """A ``ChatOpenAI`` for ``name`` on an OpenAI-compatible endpoint (limits unchecked)."""
+    """A ``ChatOpenAI`` for ``name`` on an OpenAI-compatible endpoint (limits unchecked).
+
+    Streamed answers ask for the server's usage (``stream_options.include_usage``, which
+    llama.cpp, Ollama and vLLM report), so calibration and ``threads show --usage`` see
+    the provider's counts; ``stream_usage=False`` is for a server that refuses the option.
+    On a local endpoint, only failures that come back at once are retried, never a
+    timeout (``local_retries``).
+    """
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
 
+    options: dict[str, Any] = {"max_retries": max_retries}
+    if is_local_endpoint(base_url or ""):
+        from ctxgraph.state.local_retries import local_http_clients
+
+        client, async_client = local_http_clients(max_retries)
+        options = {"max_retries": 0, "http_client": client, "http_async_client": async_client}
     return ChatOpenAI(
         model=name,
         base_url=base_url,
         # Local OpenAI-compatible servers usually accept any key; the client insists on one.
         api_key=SecretStr(api_key or "not-needed"),
         timeout=float(timeout),
-        max_retries=max_retries,
+        stream_usage=stream_usage,
+        **options,
     )
 
 
@@ -391,12 +426,13 @@ def missing_key_message(base_url: str | None) -> str:
     )
 
 
-def request_limits(environ: Mapping[str, str]) -> tuple[float, int]:
-    """``CTXGRAPH_REQUEST_TIMEOUT`` (seconds, default 120) and ``CTXGRAPH_MAX_RETRIES`` (2).
+def request_limits(environ: Mapping[str, str], *, local: bool = False) -> tuple[float, int]:
+    """``CTXGRAPH_REQUEST_TIMEOUT`` (seconds) and ``CTXGRAPH_MAX_RETRIES`` (default 2).
 
-    Raises ``ModelConfigError`` naming the variable and its value when either is unusable.
+    The timeout defaults to 120 s, or to 600 s for a ``local`` endpoint. Raises
+    ``ModelConfigError`` naming the variable and its value when either is unusable.
     """
-    timeout = DEFAULT_TIMEOUT
+    timeout = DEFAULT_LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT
     text = environ.get(TIMEOUT_VARIABLE, "").strip()
     if text:
         try:

@@ -94,6 +94,11 @@ class OpenLine:
         with self._lock:
             self._stream = stream
 
+    def forget(self) -> None:
+        """Forget an open line without ending it (its writer ended it another way)."""
+        with self._lock:
+            self._stream = None
+
     def is_open(self, stream: TextIO) -> bool:
         """Whether ``stream`` ends in the middle of a line."""
         return self._stream is stream

@@ -190,6 +190,8 @@ class _TurnPrinter:
         self._model_streamed = False
         """Whether the ``model`` node streamed text since its last update."""
         self.final: AIMessage | None = None
+        # A turn cut short (Ctrl-C) ended its line with its own note.
+        OPEN_LINE.forget()
 
     def event(self, mode: str, payload: Any) -> None:
         """Handle one event: a ``(mode, payload)`` of ``values``, ``messages`` or ``updates``."""
