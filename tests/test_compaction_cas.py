@@ -241,9 +241,15 @@ def test_a_stale_run_cannot_overwrite_what_another_run_committed(
     thread = new_thread()
     wire_head(monkeypatch, checkpoint_head(thread.saver))
     thread.turn("first")
-    # A second run started from this state, then another run compacted the thread.
+    # A second run started from this state and reached the message trigger, then another
+    # run compacted the thread.
     stale = thread.state()
-    stale["messages"] = [*stale["messages"], HumanMessage("from the stale run", id="stale")]
+    stale["messages"] = [
+        *stale["messages"],
+        HumanMessage("from the stale run", id="stale"),
+        AIMessage("Noted.", id="stale-answer"),
+        HumanMessage("and once more", id="stale-again"),
+    ]
     version = stale.get("compaction", {}) or {}
     thread.turn("second")
     committed = thread.state()["compaction"]

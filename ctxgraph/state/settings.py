@@ -69,6 +69,18 @@ class Settings:
             "cache_control block when the main model accepts one; env CTXGRAPH_CACHE_MARKERS=1."
         },
     )
+    text_tool_calls: Literal["recover", "warn", "off"] = field(
+        default="recover",
+        metadata={
+            "description": "A main-model answer that writes tool calls as text (JSON, fenced "
+            "or in <tool_call>/<tools> tags, as small models and chat templates without tool "
+            "support do): turn it into real tool calls (recover), only log a warning naming "
+            "the cause (warn), or leave it alone (off); env CTXGRAPH_TEXT_TOOL_CALLS. "
+            "Recover is the default because it fires only when the WHOLE answer is calls of "
+            "bound tools whose arguments validate against their schemas, so no prose can "
+            "become a call; any other answer that looks like a call is kept with a warning."
+        },
+    )
 
     trigger_tokens: int = field(
         default=18_000,
@@ -597,5 +609,6 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CTXGRAPH_SKILLS_FROM_STORE": ("skills_from_store", parse_flag),
     "CTXGRAPH_SKILL_POLICY": ("skill_policy", str),
     "CTXGRAPH_CACHE_MARKERS": ("cache_markers", parse_flag),
+    "CTXGRAPH_TEXT_TOOL_CALLS": ("text_tool_calls", str),
 }
 """Environment variables that set a setting, with the setting and its type."""

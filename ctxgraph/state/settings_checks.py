@@ -305,8 +305,10 @@ REQUEST_RULES: tuple[Rule, ...] = (
     Text("system_prompt"),
     WholeNumber("context_window", 256, 128_000, optional=True, noun="an integer", unit="tokens"),
     Flag("cache_markers"),
+    Choice("text_tool_calls", ("recover", "warn", "off")),
 )
-"""The main model's request: its system prompt, input window and cache markers."""
+"""The main model's request and answer: system prompt, input window, cache markers, and
+tool calls written as text."""
 
 COMPACTION_RULES: tuple[Rule, ...] = (
     WholeNumber("keep_messages", 1, 8),

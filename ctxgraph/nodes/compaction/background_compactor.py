@@ -30,6 +30,7 @@ from ctxgraph.nodes.compaction.job_results import (
 )
 from ctxgraph.nodes.compaction.job_state import (
     JOB_POLL_S,
+    UNFIT,
     Launch,
     job_due,
     known_job,
@@ -119,6 +120,9 @@ class BackgroundCompactor:
         known = known_job(state, "queued")
         if not plan.old:
             return {"compaction_job": {**known, "state": "nothing to fold"}}
+        if plan.unfit is not None:
+            plan.skipped()
+            return {"compaction_job": {**known, "state": UNFIT}}
         payload = job_payload(
             thread_id=thread_id,
             base_version=known["base_version"],
@@ -179,7 +183,12 @@ class BackgroundCompactor:
         thread_id: str,
         before: RequestSize,
     ) -> Launch:
-        """Start a job for ``state`` unless a result is ready or another job holds the lease."""
+        """Start a job for ``state`` unless a result is ready or another job holds the lease.
+
+        No job starts when its result would be refused by the size check whatever the
+        summary (``Plan.unfit``): ``compaction.skipped`` says why, and the lease, taken
+        and released, is in ``Launch.lease``.
+        """
         version = mark_version(state)
         ready = JobResults(store, thread_id).ready(version)
         if ready is not None:
@@ -200,6 +209,10 @@ class BackgroundCompactor:
         if not plan.old:
             leases.release(lease)
             return Launch("nothing to fold")
+        if plan.unfit is not None:
+            leases.release(lease)
+            plan.skipped()
+            return Launch(UNFIT, lease=lease)
         snapshot = JobSnapshot(
             thread_id=thread_id,
             base_version=version,
@@ -239,7 +252,7 @@ class BackgroundCompactor:
         """
         before = self._planner.measure(state, settings)
         launched = self._launch(state, settings, store, thread_id, before)
-        if launched.state in ("ready", "nothing to fold"):
+        if launched.state in ("ready", "nothing to fold", UNFIT):
             return launched
         if launched.worker is not None:
             launched.worker.join(wait_s)

@@ -28,8 +28,9 @@ from ctxgraph.store.persistence.archive import ArchiveRecord
 
 logger = logging.getLogger("ctxgraph.compaction")
 
-GiveUp = Callable[[Plan, str], dict[str, Any]]
-"""Returns the update of a refused compaction, given its plan and the reason."""
+GiveUp = Callable[[Plan, str, int], dict[str, Any]]
+"""Returns the update of a refused compaction, given its plan, the reason, and how many
+refusals it counts (0 when no summary was paid for)."""
 
 
 class InlineCompactor:
@@ -91,11 +92,14 @@ class InlineCompactor:
     def _attempt(self, plan: Plan) -> _Attempt:
         return _Attempt(plan, self._planner, self.give_up)
 
-    def give_up(self, plan: Plan, reason: str) -> dict[str, Any]:
+    def give_up(self, plan: Plan, reason: str, attempts: int = 1) -> dict[str, Any]:
         """Keep the old summary and every message; fail only if the request cannot fit.
 
-        The refusal is counted in ``compaction_retry``, so the next attempt keeps fewer
-        messages and budgets for the largest summary (see ``CompactionPlanner.split``).
+        The refusal is counted in ``compaction_retry`` (``attempts``), so the next attempt
+        keeps fewer messages and budgets for the largest summary (see
+        ``CompactionPlanner.split``). A compaction skipped before any summary call counts
+        0: its reason is kept, and the next attempt estimates as this one did, on a
+        window that has grown.
 
         Raises:
             CompactionError: the request is over the main model's input window.
@@ -108,7 +112,7 @@ class InlineCompactor:
                 f"over the main model's input window of {plan.window}; "
                 f"{self._largest(plan.kept + plan.old)}"
             )
-        return {"compaction_retry": {"attempts": 1, "reason": reason}}
+        return {"compaction_retry": {"attempts": attempts, "reason": reason}}
 
     def _largest(self, messages: list[AnyMessage]) -> str:
         if not messages:
@@ -124,7 +128,10 @@ class InlineCompactor:
 class _Attempt:
     """One inline compaction between its I/O calls: the summary call, then the archive write.
 
-    Nothing to fold gives up at once. A summary (or the failure to write one) is finished
+    Nothing to fold gives up at once, and so does a plan whose compacted request the size
+    check would refuse whatever the summary (``Plan.unfit``): no summary is paid for only
+    to be thrown away (``compaction.skipped`` says why). A summary (or the failure to
+    write one) is finished
     by the planner into a record to prepare, or gives up with the reason. Preparing the
     record decides the update: the committed window, or nothing when the thread moved on.
     The summary calls' usage (``usage``, filled by the writer) is added to that update.
@@ -140,7 +147,10 @@ class _Attempt:
         """One entry per answered summary call of this attempt."""
         self._reported = False
         if not plan.old:
-            self._update = give_up(plan, "nothing old enough to fold")
+            self._update = give_up(plan, "nothing old enough to fold", 1)
+        elif plan.unfit is not None:
+            plan.skipped()
+            self._update = give_up(plan, plan.unfit, 0)
 
     def summary_due(self) -> bool:
         """True while the summary model has yet to be called."""
@@ -151,7 +161,7 @@ class _Attempt:
         self._report("written" if not sections.get(DEGRADED) else "degraded")
         finished = self._planner.finish(self._plan, sections)
         if isinstance(finished, str):
-            self._update = self._give_up(self._plan, finished)
+            self._update = self._give_up(self._plan, finished, 1)
         else:
             self._finished = finished
 
@@ -160,14 +170,14 @@ class _Attempt:
         plan = self._plan
         if plan.settings.summary_fallback == "off":
             self._report("failed")
-            self._update = self._give_up(plan, f"no usable summary ({error})")
+            self._update = self._give_up(plan, f"no usable summary ({error})", 1)
             return
         version = int(plan.mark.get("version", 0)) + 1
         try:
             sections = degraded_sections(plan.job, plan.settings, plan.check, version=version)
         except SummaryError as fallback_error:
             self._report("failed")
-            self._update = self._give_up(plan, f"no usable summary ({error}; {fallback_error})")
+            self._update = self._give_up(plan, f"no usable summary ({error}; {fallback_error})", 1)
             return
         logger.warning("no usable summary (%s); committing a degraded model-free record", error)
         self.summarized(sections)

@@ -28,6 +28,11 @@ MAX_JOB_ATTEMPTS = 2
 JOB_POLL_S = 0.1
 """Seconds between two looks for a running job's result while a trigger waits for it."""
 
+UNFIT = "would not fit"
+"""The job state when no job started because the size check would refuse its result
+whatever the summary (``Plan.unfit``); the trigger then decides inline, as it does after
+``nothing to fold``."""
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -36,7 +41,8 @@ class Launch:
     ``state`` is ``running`` (a job was started, or is still running), ``busy`` (another
     job holds the thread's lease), ``ready`` (a result for the thread's version is
     stored), ``completed`` or ``joined`` (a job this call started, or waited for, stored
-    its result), ``failed`` (it ended without one) or ``nothing to fold``.
+    its result), ``failed`` (it ended without one), ``nothing to fold`` or ``UNFIT`` (no
+    job started: its result would not fit whatever the summary).
     """
 
     state: str

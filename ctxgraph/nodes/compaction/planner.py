@@ -16,12 +16,13 @@ from langchain_core.messages import AnyMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.store.base import BaseStore
 
+from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.fallback import DEGRADED
 from ctxgraph.nodes.compaction.ledger_bound import MAX_ARTIFACTS, bound_ledger
 from ctxgraph.nodes.compaction.ledger_derive import derive_ledger, merge_ledgers
 from ctxgraph.nodes.compaction.ledger_record import Ledger, empty_ledger
 from ctxgraph.nodes.compaction.partition import partition_history
-from ctxgraph.nodes.compaction.render import SECTIONS
+from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.summarizer import Check, SummaryJob
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
@@ -35,6 +36,7 @@ from ctxgraph.state.messages import is_real_user_message
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
+from ctxgraph.state.tokens import count_text
 from ctxgraph.state.usage import CallUsage
 from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, build_record
 
@@ -45,6 +47,17 @@ RECORD_SHRINK_STEPS = 4
 
 Split = tuple[list[AnyMessage], list[AnyMessage]]
 """``(old, kept)``: the messages a compaction folds, and the ones it keeps verbatim."""
+
+FILLER_WORD = "note"
+"""The word a stand-in record's sections repeat (one token each), to be measured."""
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """A split, and why even it cannot fit (None when it can)."""
+
+    split: Split
+    unfit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,9 @@ class Plan:
     unlocked: tuple[str, ...] = ()
     """The built-in tools the thread has unlocked (``tools_unlocked``): the compacted
     request still binds them, so it is measured with their schemas."""
+    unfit: str | None = None
+    """Why no split can fit, decided before any summary call (see
+    ``CompactionPlanner.split``): then no summary is asked for. None when one can."""
     discarded_usage: list[CallUsage] = field(default_factory=list, compare=False)
     """The summary calls of stored job results discarded during this attempt, billed all
     the same: whichever update the attempt returns takes them into ``model_usage``."""
@@ -83,6 +99,18 @@ class Plan:
         """Schema, size and ledger problems of candidate sections."""
         return summary_problems(self.summary(sections), self.settings)
 
+    def skipped(self) -> None:
+        """Say that no summary is asked for, and why (``compaction.skipped``, ``unfit``)."""
+        emit(
+            "skipped",
+            self.archive.thread_id,
+            base_version=int(self.mark.get("version", 0) or 0),
+            reason=self.unfit,
+            folded=len(self.old),
+            tokens_before=self.before.tokens,
+            messages_before=self.before.messages,
+        )
+
     @property
     def job(self) -> SummaryJob:
         """The summary call's input."""
@@ -92,9 +120,8 @@ class Plan:
 
     def refolded(self, old: list[AnyMessage], kept: list[AnyMessage]) -> Plan:
         """A copy of the plan that folds ``old`` and keeps ``kept`` (a job's snapshot)."""
-        return replace(
-            self, old=old, kept=kept, ledger=merged_ledger(self.previous, old, self.settings)
-        )
+        ledger = merged_ledger(self.previous, old, self.settings)
+        return replace(self, old=old, kept=kept, ledger=ledger, unfit=None)
 
 
 @dataclass(frozen=True)
@@ -117,7 +144,7 @@ class CompactionPlanner:
         self._main = main
         self._builder = builder
         # The last split: the flush node and the compact node of one step split one state.
-        self._split_cache: tuple[Hashable, Split] | None = None
+        self._split_cache: tuple[Hashable, _Choice] | None = None
 
     def window(self, settings: Settings) -> int | None:
         """The main model's input window under ``settings`` (None when unknown)."""
@@ -141,7 +168,8 @@ class CompactionPlanner:
     ) -> Plan:
         """The plan of a compaction of ``state`` on ``thread_id``, whose request is ``before``."""
         previous: SummaryRecord | None = state.get("summary")
-        old, kept = self.split(state, settings)
+        choice = self._choice(state, settings)
+        old, kept = choice.split
         return Plan(
             settings=settings,
             archive=ThreadArchive(store, thread_id),
@@ -155,77 +183,121 @@ class CompactionPlanner:
             memory_view=state.get("memory_view") or "",
             calibration=state.get("token_calibration"),
             unlocked=tuple(sorted(unlocked_tools(state))),
+            unfit=choice.unfit,
         )
 
     def split(self, state: AgentState, settings: Settings) -> Split:
         """The ``(old, kept)`` split the next compaction of ``state`` will use.
 
         Deterministic for a given state, so the flush node hands memory extraction exactly
-        the messages that compaction is about to fold.
+        the messages that compaction is about to fold. It is chosen before any summary
+        call, by an estimate of each candidate's compacted request (see ``estimate``):
+        the first that the size check would accept and that leaves room under every
+        trigger at ``compaction_target`` wins, keeping fewer messages each time, down to
+        the last exchange and the pinned messages. With none under the target, the one
+        keeping fewest that the size check accepts. When the size check would refuse
+        every one, the plan says why (``Plan.unfit``) and no summary is asked for.
         """
+        return self._choice(state, settings).split
+
+    def _choice(self, state: AgentState, settings: Settings) -> _Choice:
         key = (state_key(state, settings), _offloaded_arguments(state))
         if self._split_cache is not None and self._split_cache[0] == key:
             return self._split_cache[1]
-        split = self._choose_split(state, settings)
-        self._split_cache = (key, split)
-        return split
+        choice = self._choose(state, settings)
+        self._split_cache = (key, choice)
+        return choice
 
-    def _choose_split(self, state: AgentState, settings: Settings) -> Split:
+    def _choose(self, state: AgentState, settings: Settings) -> _Choice:
         window = self.window(settings)
         messages = state.get("messages") or []
-        expected_summary = self._expected_summary(state, settings)
+        before = self.fresh_measure(state, settings)
+        sections = self._expected_sections(state, settings)
         # Each refusal in a row halves the messages the next attempt starts from, so a
         # retry never repeats the split that was refused.
         keep = max(1, settings.keep_messages >> refusals(state))
+        accepted: _Choice | None = None
         while True:
             old, kept = partition_history(messages, keep)
-            # Large kept messages (big tool results) can leave no room for the summary:
-            # then keep fewer, down to the last exchange and the pinned messages.
-            if keep == 1 or self._room_after(state, kept, expected_summary, settings, window):
-                return old, kept
+            problems: list[str] = []
+            if old:
+                after = self.estimate(state, settings, (old, kept), sections)
+                problems = size_problems(before, after, settings, window)
+                if not problems:
+                    accepted = _Choice((old, kept))
+                    # Large kept messages (big tool results) can leave no room for the
+                    # record: then keep fewer, down to the last exchange and the pinned ones.
+                    if not fired_triggers(
+                        after, settings, window, scale=settings.compaction_target
+                    ):
+                        return accepted
+            if keep == 1:
+                break
             keep = max(1, keep // 2)
+        if accepted is not None or not problems:
+            return accepted or _Choice((old, kept))
+        return _Choice(
+            (old, kept),
+            unfit=f"the compacted request would not fit, so no summary was asked for: "
+            f"{'; '.join(problems)} (estimated folding {len(old)} and keeping {len(kept)} "
+            f"messages, with a {sections}-token summary)",
+        )
 
-    def _expected_summary(self, state: AgentState, settings: Settings) -> int:
-        """A cautious guess at the next summary message's size: the current one's plus 15%.
+    def estimate(
+        self, state: AgentState, settings: Settings, split: Split, sections: int
+    ) -> RequestSize:
+        """The compacted request of ``state`` for ``split``, estimated before any summary.
 
-        After a refused compaction, the largest a summary may be.
+        The record is the ledger the split will merge, rendered as it will be, with
+        stand-in sections of ``sections`` tokens; it is measured with the kept messages
+        as the main model's request, as ``finish`` measures the real one.
+
+        Args:
+            state: The thread's state.
+            settings: The run's settings.
+            split: ``(old, kept)``: what the compaction folds and keeps.
+            sections: The tokens the summary's four sections are expected to take.
+
+        Returns:
+            The estimated size of the compacted request.
+
         """
-        largest = settings.summary_max_tokens + settings.ledger_budget
+        old, kept = split
+        ledger = merged_ledger(state.get("summary"), old, settings)
+        version = int((state.get("compaction") or {}).get("version", 0)) + 1
+        after = _compacted_state(
+            kept,
+            stand_in_record(ledger, sections),
+            {"version": version},
+            state.get("memory_view") or "",
+            state.get("token_calibration"),
+            sorted(unlocked_tools(state)),
+        )
+        # Built afresh: the measure cache keys a summary by its mark's checksum.
+        return self._builder.measure(self._builder.build(after, settings))
+
+    @staticmethod
+    def _expected_sections(state: AgentState, settings: Settings) -> int:
+        """A cautious guess at the next summary's sections, in tokens.
+
+        The current sections plus 15% and 100; half of ``summary_max_tokens`` before the
+        first compaction; after a refused compaction, the most they may be.
+        """
+        largest = settings.summary_max_tokens
+        previous = state.get("summary")
         if refusals(state):
             return largest
-        current = self._builder.summary_tokens(state, settings)
-        if not current:
+        if not previous:
             return largest // 2
+        current = count_text(render_sections(previous))
         return min(current + current // 7 + 100, largest)
-
-    def _room_after(
-        self,
-        state: AgentState,
-        kept: list[AnyMessage],
-        expected_summary: int,
-        settings: Settings,
-        window: int | None,
-    ) -> bool:
-        """Whether ``kept`` plus a summary of the expected size leaves room under the triggers."""
-        # The compacted request binds what the thread has unlocked, and read_history,
-        # which a committed compaction unlocks.
-        version = int((state.get("compaction") or {}).get("version", 0)) + 1
-        after: AgentState = {
-            "messages": kept,
-            "memory_view": state.get("memory_view") or "",
-            "token_calibration": state.get("token_calibration"),
-            "compaction": {"version": version},
-            "tools_unlocked": sorted(unlocked_tools(state)),
-        }
-        size = self._builder.measure(self._builder.build(after, settings))
-        expected = RequestSize(tokens=size.tokens + expected_summary, messages=size.messages + 1)
-        return not fired_triggers(expected, settings, window, scale=settings.compaction_target)
 
     def finish(self, plan: Plan, sections: dict[str, str]) -> Finished | str:
         """Commit material for a checked summary; a string return says why it was rejected.
 
-        If the compacted request would not shrink or would still fire a trigger, the record
-        is shrunk before the compaction is judged: the ledger's bounds are halved, step by
+        If the size check refuses the compacted request (``size_problems``: it would not
+        bring down what pressed, or would still fire a trigger), the record is shrunk
+        before the compaction is judged: the ledger's bounds are halved, step by
         step (``RECORD_SHRINK_STEPS`` at most), and the first record whose request passes
         is committed. The kept messages never change here, so memory extraction has
         already seen exactly what is folded.
@@ -268,14 +340,14 @@ class CompactionPlanner:
         if summary.get("degraded"):
             mark["degraded"] = True
         after = self.measure(
-            {
-                "messages": plan.kept,
-                "summary": summary,
-                "compaction": mark,
-                "memory_view": plan.memory_view,
-                "token_calibration": plan.calibration,
-                "tools_unlocked": list(plan.unlocked),
-            },
+            _compacted_state(
+                plan.kept,
+                summary,
+                mark,
+                plan.memory_view,
+                plan.calibration,
+                list(plan.unlocked),
+            ),
             plan.settings,
         )
         update = {
@@ -286,6 +358,41 @@ class CompactionPlanner:
             "compaction_job": None,
         }
         return Finished(record=record, update=update, after=after)
+
+
+def _compacted_state(
+    kept: list[AnyMessage],
+    summary: SummaryRecord,
+    mark: CompactionMark,
+    memory_view: str,
+    calibration: TokenCalibration | None,
+    unlocked: list[str],
+) -> AgentState:
+    """The state a compaction leaves, as far as the size of its request goes.
+
+    The compacted request binds what the thread has unlocked, and ``read_history``, which
+    a committed compaction (the mark's version) unlocks.
+    """
+    return {
+        "messages": kept,
+        "summary": summary,
+        "compaction": mark,
+        "memory_view": memory_view,
+        "token_calibration": calibration,
+        "tools_unlocked": unlocked,
+    }
+
+
+def stand_in_record(ledger: Ledger, sections: int) -> SummaryRecord:
+    """A record to measure before any summary: ``ledger`` and ``sections`` tokens of text."""
+    words = max(1, sections // len(SECTIONS))
+    text = " ".join([FILLER_WORD] * words)
+    record = cast(
+        SummaryRecord,
+        {"schema_version": SUMMARY_SCHEMA_VERSION, **{key: text for key, _ in SECTIONS}},
+    )
+    record["ledger"] = ledger
+    return record
 
 
 def bounded(ledger: Ledger, settings: Settings, *, halved: int = 0) -> Ledger:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.settings import Settings
+
+TriggerKind = Literal["tokens", "messages"]
+"""What a trigger counts: the request's tokens (``trigger_tokens``, ``trigger_fraction``)
+or its messages (``trigger_messages``)."""
 
 
 def fired_triggers(
@@ -13,18 +19,41 @@ def fired_triggers(
 
     ``scale`` lowers every threshold, to ask whether a request leaves room below them.
     """
-    fired: list[str] = []
+    return [name for _, name in _fired(size, settings, window, scale)]
+
+
+def pressing_kinds(size: RequestSize, settings: Settings, window: int | None) -> set[TriggerKind]:
+    """What a compaction of a request of ``size`` must bring down: tokens, messages or both.
+
+    The kinds of the triggers that fire; below every trigger in background mode, those
+    that fire at ``background_fraction`` (where a job starts). When none fires, tokens:
+    a compaction nothing asked for must at least make the request smaller.
+    """
+    fired = _fired(size, settings, window, 1.0)
+    if not fired and settings.compaction_mode == "background":
+        fired = _fired(size, settings, window, settings.background_fraction)
+    return {kind for kind, _ in fired} or {"tokens"}
+
+
+def _fired(
+    size: RequestSize, settings: Settings, window: int | None, scale: float
+) -> list[tuple[TriggerKind, str]]:
+    """The kind and name of each trigger that fires at ``scale``."""
+    fired: list[tuple[TriggerKind, str]] = []
     tokens = int(settings.trigger_tokens * scale)
     if size.tokens >= tokens:
-        fired.append(f"tokens {size.tokens} >= {tokens}")
+        fired.append(("tokens", f"tokens {size.tokens} >= {tokens}"))
     messages = int(settings.trigger_messages * scale)
     if size.messages >= messages:
-        fired.append(f"messages {size.messages} >= {messages}")
+        fired.append(("messages", f"messages {size.messages} >= {messages}"))
     if settings.trigger_fraction is not None and window is not None:
         limit = int(settings.trigger_fraction * scale * window)
         if size.tokens >= limit:
             fired.append(
-                f"tokens {size.tokens} >= {limit} ({settings.trigger_fraction:g} of {window})"
+                (
+                    "tokens",
+                    f"tokens {size.tokens} >= {limit} ({settings.trigger_fraction:g} of {window})",
+                )
             )
     return fired
 

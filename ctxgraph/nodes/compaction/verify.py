@@ -7,7 +7,7 @@ from typing import Any
 
 from ctxgraph.nodes.compaction.ledger_check import find_contradictions
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
-from ctxgraph.nodes.compaction.triggers import fired_triggers
+from ctxgraph.nodes.compaction.triggers import fired_triggers, pressing_kinds
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import SUMMARY_SCHEMA_VERSION
@@ -43,10 +43,20 @@ def summary_problems(summary: Mapping[str, Any], settings: Settings) -> list[str
 def size_problems(
     before: RequestSize, after: RequestSize, settings: Settings, window: int | None
 ) -> list[str]:
-    """The compacted request must be smaller than before and under every trigger."""
+    """The compacted request must bring down what pressed and fire no trigger.
+
+    What pressed is ``pressing_kinds(before, ...)``: after a token (or fraction) trigger
+    the request must have fewer tokens; after the message trigger, fewer messages, even
+    when the record is larger in tokens than the short messages it folds.
+    """
     problems: list[str] = []
-    if after.tokens >= before.tokens:
+    pressing = pressing_kinds(before, settings, window)
+    if "tokens" in pressing and after.tokens >= before.tokens:
         problems.append(f"the request would not shrink ({before.tokens} -> {after.tokens} tokens)")
+    if "messages" in pressing and after.messages >= before.messages:
+        problems.append(
+            f"the window would not shrink ({before.messages} -> {after.messages} messages)"
+        )
     still = fired_triggers(after, settings, window)
     if still:
         problems.append("the compacted request still fires " + "; ".join(still))
