@@ -12,6 +12,7 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from ctxgraph.nodes.cache_markers import accepts_cache_control, with_cache_marker
@@ -23,6 +24,11 @@ from ctxgraph.nodes.skills.record import activation
 from ctxgraph.nodes.skills.slash import first_call_of_turn, slash_command, unknown_skill_reply
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.nodes.subagents.record import model_update, with_abandoned
+from ctxgraph.nodes.text_tool_calls import (
+    TextToolCallMode,
+    read_text_tool_calls,
+    report_text_tool_calls,
+)
 from ctxgraph.nodes.tools.binding import ToolBinding
 from ctxgraph.state.calibration import TokenCalibration, calibrated, reported_input_tokens
 from ctxgraph.state.context import Context, require_context
@@ -53,6 +59,10 @@ class _Call:
     """Delegations left running by an earlier run, marked cancelled for this call."""
     calibration: TokenCalibration | None = None
     """The thread's token calibration before this call."""
+    tool_names: frozenset[str] = frozenset()
+    """The tools bound for this call."""
+    text_tool_calls: TextToolCallMode = "off"
+    """``Settings.text_tool_calls`` of this run."""
 
 
 class ModelNode:
@@ -116,8 +126,12 @@ class ModelNode:
     def _update(self, reply: BaseMessage, call: _Call) -> dict[str, Any]:
         """The answer as a state update, its unusable tool calls marked invalid.
 
-        Calls of an answer cut off at the output limit count as invalid too, and every
-        invalid call gets an id, so its error result can answer it. NUL and lone
+        Tool calls the answer wrote as text become real calls first, when
+        ``Settings.text_tool_calls`` and the bound tools allow (``read_text_tool_calls``),
+        so they are checked like the model's own; the event ``model.text_tool_calls``
+        reports them, or the warning about text left as the answer. Calls of an answer
+        cut off at the output limit count as invalid too, and every invalid call gets an
+        id, so its error result can answer it. NUL and lone
         surrogates anywhere in the answer become U+FFFD, so every store can hold it
         (``sanitized_message``). In a graph with
         subagents, the answer's ``task`` calls enter the delegation record as running.
@@ -127,6 +141,7 @@ class ModelNode:
         """
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the main model returned {type(reply).__name__}, not an AIMessage")
+        reply = self._with_text_calls(reply, call)
         answer = sanitized_message(with_invalid_call_ids(with_cut_off_calls_invalid(reply)))
         extra = call.extra
         if self._delegates:
@@ -146,6 +161,15 @@ class ModelNode:
         )
         extra = {**extra, "model_usage": usage_update(usage)}
         return {"messages": [answer], **extra}
+
+    def _with_text_calls(self, reply: AIMessage, call: _Call) -> AIMessage:
+        """``reply`` with the tool calls it wrote as text made real, when that is safe."""
+        if call.text_tool_calls == "off" or reply.tool_calls or not call.tool_names:
+            return reply
+        tools = self._binding.select(call.tool_names)
+        found = read_text_tool_calls(reply, tools, call.text_tool_calls)
+        report_text_tool_calls(found, _thread_id())
+        return found.message
 
     def _calibration(self, answer: AIMessage, call: _Call) -> TokenCalibration | None:
         """The calibration updated with ``answer``'s reported input tokens, if any."""
@@ -204,7 +228,15 @@ class ModelNode:
             names = self._binding.names(state, settings, policy)
         bound = self._bound_for(names)
         extra = {**extra, **unlock_update(state)}
-        return _Call(bound, request, extra, marked, state.get("token_calibration"))
+        return _Call(
+            bound,
+            request,
+            extra,
+            marked,
+            state.get("token_calibration"),
+            tool_names=names,
+            text_tool_calls=settings.text_tool_calls,
+        )
 
     _markers_logged = False
     """Whether the "no cache markers for this model" debug line was logged (once a node)."""
@@ -246,3 +278,13 @@ class ModelNode:
         if not isinstance(call, _Call):
             return call
         return self._update(await call.bound.ainvoke(self._sent(call.request, settings)), call)
+
+
+def _thread_id() -> str:
+    """The running graph's thread id (empty outside a run or without one)."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # not inside a run
+        return ""
+    thread_id = configurable.get("thread_id")
+    return thread_id if isinstance(thread_id, str) else ""

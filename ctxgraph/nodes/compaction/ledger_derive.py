@@ -32,6 +32,7 @@ from ctxgraph.nodes.compaction.ledger_record import (
 )
 from ctxgraph.nodes.offload.inputs import shown_words
 from ctxgraph.nodes.offload.refs import messages_artifacts
+from ctxgraph.nodes.text_tool_calls import is_recovered_call_id
 from ctxgraph.state.messages import content_text, is_real_user_message
 
 FINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
@@ -133,7 +134,10 @@ def _call_entry(
     if not call_id:  # cannot be answered; a stable id keeps re-derivation idempotent
         call_id = "anon-" + hashlib.sha1(f"{name}:{_compact(args)}".encode()).hexdigest()[:12]
     side_effect = not is_read_only(name, read_only_tools)
-    return _entry(call_id, name, args, _outcome(result, pending), side_effect)
+    entry = _entry(call_id, name, args, _outcome(result, pending), side_effect)
+    if is_recovered_call_id(call_id):  # the model wrote it as text (nodes.text_tool_calls)
+        entry["recovered"] = True
+    return entry
 
 
 def _result_entry(result: ToolMessage, read_only_tools: frozenset[str]) -> ToolCallEntry:

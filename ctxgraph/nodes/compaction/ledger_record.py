@@ -29,6 +29,8 @@ class ToolCallEntry(TypedDict):
     idempotency_key: str | None
     side_effect: bool
     turn: NotRequired[int]
+    recovered: NotRequired[bool]
+    """True for a call the model wrote as text and ctxgraph made real (left out otherwise)."""
 
 
 class ConstraintEntry(TypedDict):

@@ -27,6 +27,7 @@ def line_cost(line: str) -> int:
 def _render_call(entry: ToolCallEntry) -> str:
     args = ", ".join(f"{key}={value}" for key, value in entry["args"].items())
     line = f"- [{entry['status']}] {entry['name']}({args}) id={entry['id']}"
+    line += " (from text)" if entry.get("recovered") else ""
     key = entry["idempotency_key"]
     if key is not None and key not in entry["args"].values():
         line += f" idempotency_key={key}"
