@@ -155,6 +155,10 @@ def stream_turn(
         raise TurnInterruptedError(worker, cause) from None
 
 
+CALL_TEXT_STARTS = ("{", "[{", "<tool", "<function", "```json", "```JSON")
+"""How an answer that is a tool call written as text starts (``nodes.text_tool_calls``)."""
+
+
 def _print_events(events: Iterator[tuple[str, Any]], out: TextIO) -> AIMessage | None:
     """Print streamed tokens, tool lines and subagent progress; return the last answer written.
 
@@ -189,6 +193,10 @@ class _TurnPrinter:
         """Ids of the answers whose text was printed as it streamed."""
         self._model_streamed = False
         """Whether the ``model`` node streamed text since its last update."""
+        self._held: set[str] = set()
+        """Ids of answers whose streamed text began like a tool call written as text:
+        not printed as it streams, but whole from the ``model`` update, where the model
+        node has turned it into real tool calls or kept it as the answer with a warning."""
         self.final: AIMessage | None = None
         # A turn cut short (Ctrl-C) ended its line with its own note.
         OPEN_LINE.forget()
@@ -225,6 +233,12 @@ class _TurnPrinter:
             and isinstance(chunk.content, str)
             and chunk.content
         ):
+            key = chunk.id or ""
+            if key in self._held or (
+                not self._mid_line and chunk.content.lstrip().startswith(CALL_TEXT_STARTS)
+            ):
+                self._held.add(key)
+                return
             shown = escape_control(chunk.content)
             self._out.write(shown if self._mid_line else "assistant: " + shown)
             OPEN_LINE.opened(self._out)
@@ -259,6 +273,7 @@ class _TurnPrinter:
             streamed = self._model_streamed and node == "model"
             if node == "model":
                 self._model_streamed = False
+                self._held.clear()
             for message in messages:
                 if not self._new(message):
                     continue

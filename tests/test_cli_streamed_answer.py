@@ -1,4 +1,4 @@
-"""A warning logged while an answer streams is printed on a line of its own."""
+"""What the command line prints while an answer streams: warnings on their own line, no call text."""
 
 from __future__ import annotations
 
@@ -54,3 +54,29 @@ def test_without_a_warning_the_answer_is_one_line() -> None:
     ]
     turns._print_events(iter(events), out)
     assert out.getvalue() == "assistant: Hello there.\n"
+
+
+CALL_TEXT = '<tools>\n{"name": "lookup_order", "arguments": {"order_id": "A123"}}\n</tools>'
+
+
+def call_text_turn(answer: AIMessage) -> Iterator[tuple[str, Any]]:
+    for piece in (CALL_TEXT[:8], CALL_TEXT[8:40], CALL_TEXT[40:]):
+        yield ("messages", (AIMessageChunk(content=piece, id="a3"), META))
+    yield ("updates", {"model": {"messages": [answer]}})
+
+
+def test_a_tool_call_written_as_text_is_not_streamed_and_shows_as_the_call_it_became() -> None:
+    recovered = AIMessage(
+        content="",
+        id="a3",
+        tool_calls=[{"name": "lookup_order", "args": {"order_id": "A123"}, "id": "call_text_1"}],
+    )
+    out = io.StringIO()
+    turns._print_events(call_text_turn(recovered), out)
+    assert out.getvalue() == '  → lookup_order({"order_id": "A123"}) [call_text_1]\n'
+
+
+def test_call_text_that_stays_the_answer_is_printed_once_whole() -> None:
+    out = io.StringIO()
+    turns._print_events(call_text_turn(AIMessage(content=CALL_TEXT, id="a3")), out)
+    assert out.getvalue() == f"assistant: {CALL_TEXT}\n"
