@@ -1,4 +1,4 @@
-"""What the command line prints while an answer streams: warnings on their own line, no call text."""
+"""What the command line prints while an answer streams: warnings on a line, no call text."""
 
 from __future__ import annotations
 
