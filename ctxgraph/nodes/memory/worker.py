@@ -1,26 +1,42 @@
-"""Processes deferred memory extractions left in the Store queue, one thread at a time."""
+"""Runs queued memory extractions: due items for a worker, one thread's item for the runner.
+
+The deferred worker (``process_pending``: ``ctxgraph memory process``, the
+``memory_worker`` graph, the command line's start) takes every item whose thread has been
+quiet long enough; the background runner (``memory.runner``) takes one thread's item at
+once (``extract_thread``). Both run an item the same way, as one :class:`_ItemRun`: the
+memory model's call, then one Store read and one write that mark the rows processed and
+take them out of the queue. A failed extraction is logged and its item stays queued.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any, Literal
 
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import ExtractionResult, MemoryExtractor
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import UsageTotals, add_usage, event_fields, usage_update
-from ctxgraph.store.memory.progress import ProcessedMessages
+from ctxgraph.store.memory.progress import ProcessedMessages, Progress
 from ctxgraph.store.memory.queue import MemoryQueue, PendingExtraction
-from ctxgraph.store.memory.repository import RepositoryFactory
+from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
+from ctxgraph.store.namespaces import memory_queue
 
 logger = logging.getLogger("ctxgraph.memory")
 
 Processed = list[tuple[PendingExtraction, ExtractionResult]]
 """Each processed queue item with what its extraction stored."""
+
+Done = tuple[PendingExtraction, ExtractionResult] | None
+"""One thread's processed item and its result; None when nothing ran or it failed."""
+
+Origin = Literal["deferred", "background"]
+"""Who ran the item: the deferred worker or the background runner (``memory.extracted``)."""
 
 
 def process_pending(
@@ -34,47 +50,154 @@ def process_pending(
 ) -> Processed:
     """Extract every queued item whose thread has been quiet for ``quiet_seconds``.
 
-    A processed item has its row ids marked as processed and leaves the queue (unless newer
-    rows arrived meanwhile). An item whose extraction fails is logged and stays queued, so a
-    later run retries it and nothing is lost. ``repositories`` gives the repository the
-    extractions write through (the graph's, when the graph's process runs the worker).
+    A processed item has its row ids marked as processed and leaves the queue (rows that
+    arrived meanwhile stay queued). An item whose extraction fails is logged and stays
+    queued, so a later run retries it and nothing is lost. ``repositories`` gives the
+    repository the extractions write through (the graph's, when the graph's process runs
+    the worker).
     """
-    queue = MemoryQueue(store)
     repository = (repositories or RepositoryFactory())(store)
     processed: Processed = []
-    for item in queue.due(quiet_seconds=quiet_seconds, now=now):
-        try:
-            result = extractor.extract(
-                item.rows,
-                item.context,
-                repository,
-                thread_id=item.thread_id,
-                threshold=threshold,
-            )
-        except Exception as error:
-            logger.warning(
-                "memory extraction for thread %s failed (%s: %s); it stays queued for a later run",
-                item.thread_id,
-                type(error).__name__,
-                error,
-                exc_info=logger.isEnabledFor(logging.DEBUG),
-            )
-            continue
-        ProcessedMessages(store, item.thread_id).add(row["id"] for row in item.rows)
-        queue.done(item)
-        processed.append((item, result))
-        _log_extraction(item, result)
+    for item in MemoryQueue(store).due(quiet_seconds=quiet_seconds, now=now):
+        done = _ItemRun(store, item, "deferred").run(extractor, repository, threshold)
+        if done is not None:
+            processed.append(done)
     return processed
 
 
-def _log_extraction(item: PendingExtraction, result: ExtractionResult) -> None:
-    """Log ``memory.extracted`` for a queue item: the call's usage and what it wrote.
+def extract_thread(
+    store: BaseStore,
+    extractor: MemoryExtractor,
+    thread_id: str,
+    *,
+    threshold: float,
+    repositories: RepositoryFactory | None = None,
+) -> Done:
+    """Extract the queued item of ``thread_id`` now, however recent (the background runner).
 
-    The worker runs outside the thread's runs, so the usage is logged, not added to the
-    thread's ``model_usage``.
+    Args:
+        store: The Store holding the queue and the memory.
+        extractor: The graph's extractor (its memory model and prompt).
+        thread_id: The thread whose item to run.
+        threshold: The lowest confidence a fact is stored with.
+        repositories: The graph's repository factory; None: a plain repository.
+
+    Returns:
+        The item and what its extraction stored; None when nothing is queued for the
+        thread or the extraction failed (logged; the item stays queued).
+
+    """
+    item = MemoryQueue.read(store.get(memory_queue(), thread_id))
+    if item is None:
+        return None
+    repository = (repositories or RepositoryFactory())(store)
+    return _ItemRun(store, item, "background").run(extractor, repository, threshold)
+
+
+async def aextract_thread(
+    store: BaseStore,
+    extractor: MemoryExtractor,
+    thread_id: str,
+    *,
+    threshold: float,
+    repositories: RepositoryFactory | None = None,
+) -> Done:
+    """Async :func:`extract_thread`."""
+    item = MemoryQueue.read(await store.aget(memory_queue(), thread_id))
+    if item is None:
+        return None
+    repository = (repositories or RepositoryFactory())(store)
+    return await _ItemRun(store, item, "background").arun(extractor, repository, threshold)
+
+
+class _ItemRun:
+    """One queue item's extraction: the model call, then one Store read and one write.
+
+    The sync and async paths share it and differ only in how they call the model and the
+    Store. After the call it reads the thread's item and processed ids again, then writes
+    both in one batch: the ids marked, the item deleted (or only its rows taken out when
+    newer ones arrived meanwhile).
+    """
+
+    def __init__(self, store: BaseStore, item: PendingExtraction, origin: Origin) -> None:
+        self.item = item
+        self.origin: Origin = origin
+        self._store = store
+        self._queue = MemoryQueue(store)
+        self._processed = ProcessedMessages(store, item.thread_id)
+
+    def run(
+        self, extractor: MemoryExtractor, repository: MemoryRepository, threshold: float
+    ) -> Done:
+        """Extract the item's rows and take them out of the queue; None when it failed."""
+        try:
+            result = extractor.extract(**self._arguments(repository, threshold))
+        except Exception as error:  # the item stays queued for a later run
+            self._failed(error)
+            return None
+        self._store.batch(self.writes(self._store.batch(self.reads())))
+        return self._done(result)
+
+    async def arun(
+        self, extractor: MemoryExtractor, repository: MemoryRepository, threshold: float
+    ) -> Done:
+        """Async :meth:`run`."""
+        try:
+            result = await extractor.aextract(**self._arguments(repository, threshold))
+        except Exception as error:  # the item stays queued for a later run
+            self._failed(error)
+            return None
+        await self._store.abatch(self.writes(await self._store.abatch(self.reads())))
+        return self._done(result)
+
+    def _arguments(self, repository: MemoryRepository, threshold: float) -> dict[str, Any]:
+        item = self.item
+        return {
+            "rows": item.rows,
+            "context": item.context,
+            "repository": repository,
+            "thread_id": item.thread_id,
+            "threshold": threshold,
+        }
+
+    def _failed(self, error: Exception) -> None:
+        """Log one line naming the thread and the cause; the item stays queued."""
+        logger.warning(
+            "memory extraction for thread %s failed (%s: %s); it stays queued for a later run",
+            self.item.thread_id,
+            type(error).__name__,
+            error,
+            exc_info=logger.isEnabledFor(logging.DEBUG),
+        )
+
+    def _done(self, result: ExtractionResult) -> Done:
+        """Emit ``memory.extracted``; the item and its result."""
+        _log_extraction(self.item, result, self.origin)
+        return self.item, result
+
+    def reads(self) -> list[GetOp]:
+        """The thread's queue item and processed ids, as they are now."""
+        return [self._queue.get_op(self.item.thread_id), self._processed.get_op()]
+
+    def writes(self, results: Sequence[Any]) -> list[PutOp]:
+        """The ids marked processed and the item out of the queue, after :meth:`reads`."""
+        current, record = (value if isinstance(value, Item) else None for value in results)
+        ids = [row["id"] for row in self.item.rows]
+        progress = Progress.from_item(record)
+        ops = self._queue.done_ops(self.item, current)
+        if not progress.covers(ids):
+            ops.append(self._processed.put_op(progress.marked(ids)))
+        return ops
+
+
+def _log_extraction(item: PendingExtraction, result: ExtractionResult, origin: Origin) -> None:
+    """Emit ``memory.extracted`` for a queue item: the call's usage and what it wrote.
+
+    The item runs outside the thread's runs, so the usage is logged (``at`` is
+    ``deferred`` or ``background``), not added to the thread's ``model_usage``.
     """
     fields: dict[str, object] = {
-        "at": "deferred",
+        "at": origin,
         "rows": len(item.rows),
         "facts": len(result.stored),
         "profile_sections": len(result.profile_sections),

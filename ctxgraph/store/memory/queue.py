@@ -1,4 +1,8 @@
-"""Durable queue of deferred memory extractions: one pending item per thread, newest wins."""
+"""Durable queue of memory extractions: one pending item per thread, newest rows merged.
+
+Deferred extraction leaves an item for a worker; background extraction leaves one too and
+hands it to this process's runner at once, so a process that dies leaves it for the next.
+"""
 
 from __future__ import annotations
 
@@ -91,6 +95,31 @@ class MemoryQueue:
         """The Store write of ``pending``, to batch with other writes."""
         return store_put_op(self._store, memory_queue(), pending.thread_id, pending.to_value())
 
+    @staticmethod
+    def read(item: Item | None) -> PendingExtraction | None:
+        """The pending item ``get_op`` read (None: nothing waits for that thread)."""
+        return PendingExtraction.from_value(item.value) if item is not None else None
+
+    def done_ops(self, pending: PendingExtraction, current: Item | None) -> list[PutOp]:
+        """The Store writes that take processed ``pending`` out of the queue.
+
+        ``current`` is the thread's item as ``get_op`` reads it now. Unchanged since
+        ``pending`` was read, it is deleted; when newer rows arrived meanwhile, only the
+        rows ``pending`` held (same id and text) leave, and the newer ones stay queued.
+        """
+        now = self.read(current)
+        if now is None:
+            return []
+        namespace, key = memory_queue(), pending.thread_id
+        if now.updated_at == pending.updated_at:
+            return [PutOp(namespace, key, None)]
+        handled = {(row["id"], row["content"]) for row in pending.rows}
+        rest = [row for row in now.rows if (row["id"], row["content"]) not in handled]
+        if not rest:
+            return [PutOp(namespace, key, None)]
+        left = PendingExtraction(now.thread_id, now.context, rest, now.updated_at)
+        return [self.put_op(left)]
+
     def enqueue(
         self,
         thread_id: str,
@@ -129,7 +158,7 @@ class MemoryQueue:
         return [p for p in pending if (moment - p.updated_at).total_seconds() >= quiet_seconds]
 
     def done(self, pending: PendingExtraction) -> None:
-        """Remove an item once processed, unless newer rows arrived meanwhile."""
-        item = self._store.get(memory_queue(), pending.thread_id)
-        if item and PendingExtraction.from_value(item.value).updated_at == pending.updated_at:
-            self._store.delete(memory_queue(), pending.thread_id)
+        """Remove an item once processed; newer rows that arrived meanwhile stay queued."""
+        ops = self.done_ops(pending, self._store.get(memory_queue(), pending.thread_id))
+        if ops:
+            self._store.batch(ops)
