@@ -434,3 +434,33 @@ def test_a_recovered_call_cut_off_at_the_output_limit_is_answered_as_invalid() -
     assert isinstance(error, ToolMessage) and error.status == "error"
     assert error.tool_call_id.startswith(CALL_ID_PREFIX)
     assert "cut off at the model's output token limit" in error.text
+
+
+# --- subagents -------------------------------------------------------------------------
+
+
+def test_a_subagent_that_writes_its_call_as_text_runs_the_tool() -> None:
+    from tests.test_subagents_graph import (
+        child_model,
+        delegate,
+        graph_for,
+        parent_model,
+        task,
+        turn,
+    )
+
+    def child_answer(request: list[BaseMessage]) -> AIMessage | str:
+        last = request[-1]
+        if isinstance(last, ToolMessage):
+            return f"the lookup said: {last.content}"
+        return '```json\n{"name": "lookup", "arguments": {"query": "customs PX-7781"}}\n```'
+
+    child = child_model(child_answer)
+    graph = graph_for(parent_model(delegate(task("c1", "Check customs."))), child)
+    turn(graph, "check customs")
+
+    (second, *_) = child.requests[1:]
+    results = [m for m in second if isinstance(m, ToolMessage)]
+    assert [m.content for m in results] == ["found: customs PX-7781"]
+    calls = [m for m in second if isinstance(m, AIMessage) and m.tool_calls]
+    assert calls[0].text == "" and calls[0].tool_calls[0]["id"].startswith("call_text_")

@@ -74,7 +74,12 @@ def _child_graph(
     """One subagent type's graph: model and tools in a loop, and ``task`` when it may delegate."""
     model = spec.model or main
     tools = _child_tools(spec, [delegation[0]] if delegation else [])
-    step = ChildModel(model, tools, delegates=delegation is not None)
+    step = ChildModel(
+        model,
+        tools,
+        delegates=delegation is not None,
+        text_tool_calls=settings.text_tool_calls,
+    )
     builder: StateGraph[ChildState, Context, ChildState, ChildState] = StateGraph(
         ChildState, context_schema=Context
     )

@@ -19,6 +19,11 @@ from typing_extensions import TypedDict
 
 from ctxgraph.nodes.subagents.record import model_update
 from ctxgraph.nodes.subagents.stop import check_stop
+from ctxgraph.nodes.text_tool_calls import (
+    TextToolCallMode,
+    read_text_tool_calls,
+    report_text_tool_calls,
+)
 from ctxgraph.state.delegations import DelegationRecord, merge_delegations
 from ctxgraph.state.messages import sanitized_message
 from ctxgraph.state.tokens import TokenCounter
@@ -42,18 +47,33 @@ class ChildModel:
     A child that may delegate records the ``task`` calls of its answers, as the parent does.
     """
 
-    def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], *, delegates: bool) -> None:
+    def __init__(
+        self,
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        *,
+        delegates: bool,
+        text_tool_calls: TextToolCallMode = "recover",
+    ) -> None:
+        """Call ``model`` with ``tools`` bound; ``text_tool_calls`` as the parent's setting.
+
+        An answer that wrote its tool calls as text is read as the parent's model node
+        reads one (``nodes.text_tool_calls``): made real calls when safe, else flagged.
+        """
         self._bound: Runnable[LanguageModelInput, BaseMessage] = (
             model.bind_tools(list(tools)) if tools else model
         )
         self._tools = list(tools)
         self._tool_tokens: int | None = None
         self._delegates = delegates
+        self._text_tool_calls: TextToolCallMode = text_tool_calls
 
     def _update(self, reply: BaseMessage, request: list[AnyMessage]) -> dict[str, Any]:
         if not isinstance(reply, AIMessage):
             raise TypeError(f"a subagent's model returned {type(reply).__name__}, not an AIMessage")
-        reply = sanitized_message(reply)  # storable in the child's checkpoint
+        found = read_text_tool_calls(reply, self._tools, self._text_tool_calls)
+        report_text_tool_calls(found, "")
+        reply = sanitized_message(found.message)  # storable in the child's checkpoint
         extra = model_update(reply, []) if self._delegates else {}
         answer = reply
         usage = call_usage(
