@@ -53,7 +53,8 @@ class CompactionJob(TypedDict, total=False):
     since: str
     """ISO 8601 time the job was started (or found)."""
     state: str
-    """``running``, ``busy``, ``ready``, ``ended`` or ``nothing to fold``."""
+    """``running``, ``queued``, ``busy``, ``ready``, ``ended``, ``nothing to fold`` or
+    ``would not fit`` (no job started: no summary could make the request fit)."""
     attempts: int
     """Jobs started for this version; a job that ended without a result may be retried."""
     run_id: str

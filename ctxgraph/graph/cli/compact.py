@@ -17,6 +17,9 @@ The command prints one line, ``T`` being the thread id:
 - ``thread T: a compaction job result is already stored (folds 4 messages of v0); the
   next turn that reaches a trigger applies it`` (status 0): nothing was started;
 - ``thread T: nothing old enough to fold`` (status 0): the thread is too short;
+- ``thread T: no compaction job started: the compacted request would not fit, so no
+  summary was asked for: ...`` (status 0): no summary could make the request fit, so
+  none was paid for;
 - ``thread T: the compaction job is still running after 300 s; it is abandoned and its
   lease released as this command exits`` (status 1): this command's own job outlasted
   ``--wait`` (the next trigger compacts inline, or starts another job);
@@ -39,7 +42,7 @@ from ctxgraph.graph.cli.render import plural
 from ctxgraph.graph.cli.threads import check_owner, saved_values
 from ctxgraph.graph.environment import EnvironmentConfig
 from ctxgraph.nodes.compaction.jobs import JobResult
-from ctxgraph.nodes.compaction.node import Launch
+from ctxgraph.nodes.compaction.node import UNFIT, Launch
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.settings import SettingsError
 from ctxgraph.store.persistence.compaction_lease import leases_for
@@ -103,6 +106,8 @@ def outcome_line(thread_id: str, launch: Launch, wait_s: float) -> tuple[str, in
         )
     if launch.state == "nothing to fold":
         return f"{head} nothing old enough to fold", 0
+    if launch.state == UNFIT:
+        return f"{head} no compaction job started: {launch.reason}", 0
     own = launch.lease is not None
     if launch.state == "running" and own:
         return (

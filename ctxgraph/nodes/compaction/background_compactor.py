@@ -186,8 +186,7 @@ class BackgroundCompactor:
         """Start a job for ``state`` unless a result is ready or another job holds the lease.
 
         No job starts when its result would be refused by the size check whatever the
-        summary (``Plan.unfit``): ``compaction.skipped`` says why, and the lease, taken
-        and released, is in ``Launch.lease``.
+        summary (``Plan.unfit``): ``compaction.skipped`` and ``Launch.reason`` say why.
         """
         version = mark_version(state)
         ready = JobResults(store, thread_id).ready(version)
@@ -212,7 +211,7 @@ class BackgroundCompactor:
         if plan.unfit is not None:
             leases.release(lease)
             plan.skipped()
-            return Launch(UNFIT, lease=lease)
+            return Launch(UNFIT, reason=plan.unfit)
         snapshot = JobSnapshot(
             thread_id=thread_id,
             base_version=version,

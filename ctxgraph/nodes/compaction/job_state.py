@@ -49,6 +49,8 @@ class Launch:
     lease: Lease | None = None
     worker: threading.Thread | None = None
     result: JobResult | None = None
+    reason: str | None = None
+    """Why no job started, for ``UNFIT``."""
 
 
 def mark_version(state: AgentState) -> int:

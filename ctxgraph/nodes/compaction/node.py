@@ -24,6 +24,7 @@ from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.nodes.compaction.job_state import (
     JOB_POLL_S,
     MAX_JOB_ATTEMPTS,
+    UNFIT,
     Launch,
     job_due,
     job_pending,
@@ -50,6 +51,7 @@ __all__ = [
     "JOB_POLL_S",
     "MAX_JOB_ATTEMPTS",
     "RECORD_SHRINK_STEPS",
+    "UNFIT",
     "CompactNode",
     "CompactionError",
     "Launch",
