@@ -22,7 +22,12 @@ Run ``python -m bench.compaction_bench [--turns 300] [--repeats 3] [--memory on]
 [--backend memory]``, or ``python -m bench.compaction_bench --turns 1000
 --constraint-every-turn``. ``python -m bench.compaction_bench --latency [--latency-turns
 60] [--main-delay 0.5] [--summary-delay 2.0] [--repeats 3] [--backend memory]`` runs the
-turn-latency benchmark of background compaction instead (``bench.compaction_latency``).
+turn-latency benchmark of background compaction instead (``bench.compaction_latency``), and
+``python -m bench.compaction_bench --short-messages [--turns 40] [--main-delay 0.6]
+[--summary-delay 1.5] [--repeats 3] [--backend memory]`` the turn latency of a session of
+short messages at a 20-message trigger, where the record is larger than what it folds
+(``bench.compaction_short``: per-turn medians, the max/median ratio, and the summary calls
+made inline and in background jobs).
 """
 
 from __future__ import annotations
@@ -151,7 +156,7 @@ class CompactionLog(logging.Handler):
 
 def empty_memory_update(messages: list[BaseMessage]) -> AIMessage:
     """The memory model's answer when it finds nothing to remember: an empty tool call."""
-    update = {"facts": [], "profile_updates": []}
+    update: dict[str, list[object]] = {"facts": [], "profile_updates": []}
     return AIMessage(
         content="", tool_calls=[{"name": "MemoryUpdate", "args": update, "id": "call_memory_0"}]
     )
@@ -879,6 +884,17 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         help="compare the turn latency of inline, background and no compaction",
     )
     add_latency_arguments(latency, defaults=False)
+    short = parser.add_argument_group(
+        "short messages at a message trigger",
+        "--short-messages runs bench.compaction_short instead, with --turns (default 40), "
+        "--repeats, --main-delay (0.6), --summary-delay (1.5), --backend and --database-uri",
+    )
+    short.add_argument(
+        "--short-messages",
+        action="store_true",
+        help="turn latency of background and inline compaction when the record is larger "
+        "than the short messages it folds",
+    )
     args = parser.parse_args(argv)
     given = [name for name in LATENCY_OPTIONS if hasattr(args, name)]
     if given:
@@ -886,6 +902,8 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
         parser.error(f"{options}: only with --latency")
     if args.latency:
         parser.error("spell --latency out in full: it runs bench.compaction_latency")
+    if args.short_messages:
+        parser.error("spell --short-messages out in full: it runs bench.compaction_short")
     if args.turns < 1 or args.repeats < 1 or args.warmup < 0:
         parser.error("--turns and --repeats must be at least 1, --warmup at least 0")
     overrides: list[tuple[str, Any]] = []
@@ -916,10 +934,15 @@ def parse_args(argv: Sequence[str] | None) -> BenchConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if "--latency" in (sys.argv[1:] if argv is None else argv):
+    given = sys.argv[1:] if argv is None else argv
+    if "--latency" in given:
         from bench import compaction_latency
 
         return compaction_latency.main(argv)
+    if "--short-messages" in given:
+        from bench import compaction_short
+
+        return compaction_short.main(argv)
     config = parse_args(argv)
     session = generate_session(config.turns, config.seed, constraints=config.constraints)
     results = run_bench(config, session)
