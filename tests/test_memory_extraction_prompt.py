@@ -224,11 +224,19 @@ def test_the_compact_schema_keeps_every_field_enum_and_required_list() -> None:
 
 
 def test_a_reply_outside_the_dropped_constraints_is_still_refused() -> None:
-    """Lengths and the key pattern left the schema; validation here still enforces them."""
+    """Lengths and the key pattern left the schema; validation here still enforces them.
+
+    The one fact is dropped with its reason; with nothing usable left, the model is
+    asked once more for plain lines (here it answers NONE).
+    """
     bad = _city("x" * 600, "I live in Paris")
-    model = ScriptedChatModel(script=[_call([bad])])
+    model = ScriptedChatModel(script=[_call([bad]), "NONE"])
     store = _store(3)
     result = _extract(store, model, "I live in Paris.")
-    assert result.stored == [] and result.skipped is not None
+    assert result.stored == [] and result.skipped is None
+    assert result.rejected == [
+        ("home_city", "facts[0] invalid content: String should have at most 500 characters")
+    ]
+    assert model.calls == 2
     city = [f for f in MemoryRepository(store).list_facts(CONTEXT) if f.key == "home_city"]
     assert [f.content for f in city] == ["User lives in Paris."]

@@ -179,13 +179,15 @@ def test_evidence_only_in_an_assistant_message_is_rejected() -> None:
         assert decision.reason == "evidence appears only in an assistant message"
 
 
-def test_evidence_must_be_in_the_cited_user_message() -> None:
+def test_evidence_must_be_in_a_user_message_of_the_extraction() -> None:
     rows = [row("m1", "user", "hello"), row("m2", "user", "Please   explain things IN Chinese.")]
     cited_wrong = accept_candidate(
         candidate(evidence_message_id="m1", evidence_text="explain things in Chinese"), rows
     )
-    assert cited_wrong.accepted is False
-    assert cited_wrong.reason.startswith("evidence not found")
+    # The one user message holding the quote is cited instead of the wrong id.
+    assert cited_wrong.accepted is True
+    assert cited_wrong.candidate is not None
+    assert cited_wrong.candidate.evidence_message_id == "m2"
     invented = accept_candidate(
         candidate(evidence_message_id="m2", evidence_text="always answer in Chinese"), rows
     )

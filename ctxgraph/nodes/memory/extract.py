@@ -1,33 +1,42 @@
 """Asks the memory model for fact candidates and keeps only those the rules accept.
 
-The reply is read in order of trust: the ``MemoryUpdate`` tool call; else a JSON object of
-that shape in the answer text (fenced or not, with chatter around); else the extraction is
-skipped with one warning. Every candidate, however it arrived, passes the same gate
-(``accept_candidate``). Errors of the call itself (timeouts, provider errors) propagate to
-the caller, which logs them and retries on a later turn.
+The reply is read fact by fact, in order of trust (``ladder``): the ``MemoryUpdate`` tool
+call; else a ``MemoryUpdate`` written as JSON in the answer text (fenced or not, wrapped
+as a call written out, with chatter around); else the model is asked once more for plain
+lines (``LINE_PROMPT``); else the extraction is skipped with one warning. One bad fact
+drops that fact, not the update (``reading``). Every candidate, however it arrived,
+passes the same gate (``accept_candidate``). Errors of the call itself (timeouts,
+provider errors) propagate to the caller, which logs them and retries on a later turn.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.output_parsers import BaseOutputParser
-from langchain_core.outputs import ChatGeneration
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.constants import TAG_NOSTREAM
-from pydantic import ValidationError
 
 from ctxgraph.nodes.memory.filter import USER, render_rows
+from ctxgraph.nodes.memory.ladder import (
+    ExtractionLadder,
+    Rung,
+    line_messages,
+    raw_of,
+    read_raw,
+    read_reply,
+    text_of,
+)
+from ctxgraph.nodes.memory.reading import Reading, read_lines
+from ctxgraph.nodes.memory.reading import update_from_text as update_from_text
 from ctxgraph.state.context import Context
 from ctxgraph.state.prompt_template import check_template
 from ctxgraph.state.tokens import TokenCounter, message_text
@@ -39,9 +48,7 @@ from ctxgraph.store.memory.repository import (
     FactCandidate,
     MemoryRepository,
     MemoryUpdate,
-    ProfileUpdate,
     accept_candidate,
-    accept_profile_update,
 )
 
 logger = logging.getLogger("ctxgraph.memory")
@@ -182,9 +189,14 @@ class ExtractionResult:
     profile: dict[str, str] | None = None
     """The profile after this extraction's updates; None when none was stored."""
     skipped: str | None = None
-    """Why nothing was read from the reply (no tool call and no JSON); None when it was."""
+    """Why nothing was read from the replies (no tool call, no usable JSON, no lines);
+    None when something was."""
     usage: CallUsage | None = None
-    """What the memory model call cost: provider-reported, else counted locally."""
+    """What the memory model calls cost together (``calls`` summed): provider-reported,
+    else counted locally (``local`` when any call was)."""
+    calls: list[CallUsage] = field(default_factory=list)
+    """Each memory model call's usage: the ``MemoryUpdate`` call, and the ask for plain
+    lines when it ran."""
 
 
 def known_facts(facts: Sequence[Fact]) -> list[dict[str, str]]:
@@ -365,25 +377,34 @@ class MemoryExtractor:
                 MEMORY_UPDATE_TOOL, method="function_calling", include_raw=True
             )
 
-    def _ask(self, prompt: list[BaseMessage]) -> tuple[MemoryUpdate | str, CallUsage]:
-        """One call of the memory model: its ``MemoryUpdate`` (or why there is none) and cost."""
+    def _runnable(self, rung: Rung) -> Runnable[Any, Any]:
+        """What a rung calls: the model bound to ``MemoryUpdate``, or the plain model."""
+        if rung == "lines":
+            return self.model
         if self._steps is None:
             assert self._with_raw is not None
-            result = self._with_raw.invoke(prompt, memory_config())
-            return _read_raw(result), self._usage(prompt, _raw_of(result))
-        call, parser = self._steps
-        reply = call.invoke(prompt, memory_config())
-        return _read(parser, reply), self._usage(prompt, reply)
+            return self._with_raw
+        return self._steps[0]
 
-    async def _aask(self, prompt: list[BaseMessage]) -> tuple[MemoryUpdate | str, CallUsage]:
-        """Async :meth:`_ask`."""
+    def _answer(
+        self, rung: Rung, messages: list[BaseMessage], result: Any, threshold: float
+    ) -> tuple[Reading, CallUsage]:
+        """One call's result read for its rung, and the call's usage (no I/O)."""
+        if rung == "lines":
+            reading = read_lines(text_of(result), threshold)
+            return reading, self._usage(messages, result, tools=False)
         if self._steps is None:
-            assert self._with_raw is not None
-            result = await self._with_raw.ainvoke(prompt, memory_config())
-            return _read_raw(result), self._usage(prompt, _raw_of(result))
-        call, parser = self._steps
-        reply = await call.ainvoke(prompt, memory_config())
-        return _read(parser, reply), self._usage(prompt, reply)
+            return read_raw(result), self._usage(messages, raw_of(result))
+        return read_reply(self._steps[1], result), self._usage(messages, result)
+
+    def _ladder(
+        self,
+        rows: Sequence[dict[str, str]],
+        profile: Mapping[str, str],
+        facts: Sequence[KnownFact],
+    ) -> ExtractionLadder:
+        first = self.prompt.messages(rows, profile, facts)
+        return ExtractionLadder(first, line_messages(EXTRACTION_SYSTEM, rows))
 
     def tool_tokens(self) -> int:
         """Tokens of the ``MemoryUpdate`` tool schema as bound (counted once)."""
@@ -391,11 +412,14 @@ class MemoryExtractor:
             self._tool_tokens = self.counter.count_tools([MEMORY_UPDATE_TOOL])
         return self._tool_tokens
 
-    def _usage(self, prompt: list[BaseMessage], reply: Any) -> CallUsage:
-        """The call's usage: the provider's report on ``reply``, else counted here."""
+    def _usage(self, prompt: list[BaseMessage], reply: Any, *, tools: bool = True) -> CallUsage:
+        """The call's usage: the provider's report on ``reply``, else counted here.
+
+        ``tools``: the ``MemoryUpdate`` schema was bound (counted in the input).
+        """
 
         def sent() -> int:
-            return self.counter.count_messages(prompt) + self.tool_tokens()
+            return self.counter.count_messages(prompt) + (self.tool_tokens() if tools else 0)
 
         def answered() -> int:
             if isinstance(reply, BaseMessage):
@@ -404,14 +428,27 @@ class MemoryExtractor:
 
         return call_usage("memory", reply, local_input=sent, local_output=answered)
 
-    def _skipped(self, reason: str, usage: CallUsage) -> ExtractionResult:
-        """The empty result of an unreadable reply, logged once with its reason."""
-        logger.warning(
-            "memory extraction skipped (memory model %s): %s",
-            getattr(self.model, "model_name", None) or type(self.model).__name__,
-            reason,
-        )
-        return ExtractionResult(skipped=reason, usage=usage)
+    def _outcome(
+        self,
+        ladder: ExtractionLadder,
+        rows: Sequence[dict[str, str]],
+        context: Context,
+        threshold: float,
+    ) -> tuple[ExtractionResult, list[Decision]]:
+        """What the ladder read: the result so far and the gate's accepting decisions."""
+        result = ExtractionResult(usage=total_usage(ladder.calls), calls=list(ladder.calls))
+        result.rejected.extend(ladder.dropped())
+        reading = ladder.reading
+        if reading is None:
+            result.skipped = ladder.skipped()
+            logger.warning(
+                "memory extraction skipped (memory model %s): %s",
+                getattr(self.model, "model_name", None) or type(self.model).__name__,
+                result.skipped,
+            )
+            return result, []
+        _log_reading(reading)
+        return result, _decide(reading, rows, context, threshold, result)
 
     def extract(
         self,
@@ -424,7 +461,7 @@ class MemoryExtractor:
         profile: Mapping[str, str] | None = None,
         facts: Sequence[KnownFact] | None = None,
     ) -> ExtractionResult:
-        """Ask the model once and store what the rules accept.
+        """Ask the model (a second time only for plain lines) and store what the rules accept.
 
         ``profile`` and ``facts`` (every stored fact, as :func:`known_facts` shows them)
         are what this turn already read from the Store; the profile not given is read
@@ -435,17 +472,19 @@ class MemoryExtractor:
             profile = repository.get_profile(context)
         if facts is None or len(facts) > self.fact_limit:
             facts = known_facts(relevant_facts(repository, context, rows, self.fact_limit))
-        prompt = self.prompt.messages(rows, profile, facts)
-        update, usage = self._ask(prompt)
-        if isinstance(update, str):
-            return self._skipped(update, usage)
-        result = ExtractionResult(usage=usage)
-        for candidate, decision in _decide(update, rows, context, threshold, result):
+        ladder = self._ladder(rows, profile, facts)
+        while (call := ladder.next_call()) is not None:
+            rung, messages = call
+            reply = self._runnable(rung).invoke(messages, memory_config())
+            ladder.answered(*self._answer(rung, messages, reply, threshold))
+        result, accepted = self._outcome(ladder, rows, context, threshold)
+        for decision in accepted:
+            candidate = decision.candidate
             if isinstance(candidate, FactCandidate):
                 fact = repository.remember(context, candidate, decision, thread_id=thread_id)
                 if fact is not None:
                     result.stored.append(fact)
-            else:
+            elif candidate is not None:
                 result.profile = repository.update_profile(context, candidate)
                 result.profile_sections.append(candidate.section)
         return result
@@ -467,20 +506,36 @@ class MemoryExtractor:
         if facts is None or len(facts) > self.fact_limit:
             found = await arelevant_facts(repository, context, rows, self.fact_limit)
             facts = known_facts(found)
-        prompt = self.prompt.messages(rows, profile, facts)
-        update, usage = await self._aask(prompt)
-        if isinstance(update, str):
-            return self._skipped(update, usage)
-        result = ExtractionResult(usage=usage)
-        for candidate, decision in _decide(update, rows, context, threshold, result):
+        ladder = self._ladder(rows, profile, facts)
+        while (call := ladder.next_call()) is not None:
+            rung, messages = call
+            reply = await self._runnable(rung).ainvoke(messages, memory_config())
+            ladder.answered(*self._answer(rung, messages, reply, threshold))
+        result, accepted = self._outcome(ladder, rows, context, threshold)
+        for decision in accepted:
+            candidate = decision.candidate
             if isinstance(candidate, FactCandidate):
                 fact = await repository.aremember(context, candidate, decision, thread_id=thread_id)
                 if fact is not None:
                     result.stored.append(fact)
-            else:
+            elif candidate is not None:
                 result.profile = await repository.aupdate_profile(context, candidate)
                 result.profile_sections.append(candidate.section)
         return result
+
+
+def total_usage(calls: Sequence[CallUsage]) -> CallUsage | None:
+    """The usage of ``calls`` together (``local`` when any was counted locally); None for none."""
+    if not calls:
+        return None
+    local = any(call["source"] == "local" for call in calls)
+    return {
+        "role": calls[0]["role"],
+        "input_tokens": sum(call["input_tokens"] for call in calls),
+        "output_tokens": sum(call["output_tokens"] for call in calls),
+        "cached_tokens": sum(call["cached_tokens"] for call in calls),
+        "source": "local" if local else "provider",
+    }
 
 
 def _model_and_parser(
@@ -498,159 +553,36 @@ def _model_and_parser(
     return None
 
 
-def _parsed(parser: BaseOutputParser[Any], reply: Any) -> Any:
-    if isinstance(reply, BaseMessage):
-        return parser.parse_result([ChatGeneration(message=reply)])
-    return parser.invoke(reply)
-
-
-def _checked(update: Any) -> MemoryUpdate:
-    """The reply's ``MemoryUpdate`` arguments, validated (as ``PydanticToolsParser`` would)."""
-    if isinstance(update, MemoryUpdate):
-        return update
-    if isinstance(update, dict):
-        return MemoryUpdate.model_validate(update)
-    raise TypeError(f"the memory model returned {type(update).__name__}, not MemoryUpdate")
-
-
-_UNREADABLE = (OutputParserException, ValidationError, TypeError, ValueError)
-"""What reading a reply's tool call or JSON may raise: the reply's fault, not the call's."""
-
-
-def _read(parser: BaseOutputParser[Any], reply: Any) -> MemoryUpdate | str:
-    """The ``MemoryUpdate`` of a reply: its tool call, else JSON in its text, else why not."""
-    try:
-        parsed = _parsed(parser, reply)
-        if parsed is not None:
-            return _checked(parsed)
-    except _UNREADABLE as error:
-        return _from_text(_text_of(reply), f"invalid MemoryUpdate arguments ({_first_line(error)})")
-    if isinstance(reply, AIMessage) and reply.invalid_tool_calls:
-        return _from_text(_text_of(reply), "invalid MemoryUpdate arguments (not JSON)")
-    return _from_text(_text_of(reply), "no MemoryUpdate tool call")
-
-
-def _read_raw(result: Any) -> MemoryUpdate | str:
-    """:func:`_read` for ``with_structured_output(include_raw=True)``'s dict."""
-    if not isinstance(result, dict) or "raw" not in result:
-        try:
-            return _checked(result)
-        except _UNREADABLE as error:
-            return f"invalid MemoryUpdate arguments ({_first_line(error)})"
-    parsed, failure = result.get("parsed"), result.get("parsing_error")
-    problem = "no MemoryUpdate tool call"
-    if isinstance(failure, BaseException):
-        problem = f"invalid MemoryUpdate arguments ({_first_line(failure)})"
-    elif parsed is not None:
-        try:
-            return _checked(parsed)
-        except _UNREADABLE as error:
-            problem = f"invalid MemoryUpdate arguments ({_first_line(error)})"
-    return _from_text(_text_of(result["raw"]), problem)
-
-
-def _raw_of(result: Any) -> Any:
-    """The model's own reply inside ``include_raw=True``'s dict (or the result itself)."""
-    if isinstance(result, dict) and "raw" in result:
-        return result["raw"]
-    return result
-
-
-def _text_of(reply: Any) -> str:
-    if isinstance(reply, BaseMessage):
-        return reply.text
-    return reply if isinstance(reply, str) else ""
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-
-
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
-_MAX_OBJECTS = 32
-"""How many ``{`` positions of an answer's text are tried as the start of a JSON object."""
-_WRAPPERS = ("arguments", "args", "parameters", "input")
-"""Keys under which a model that writes its tool call as text puts the arguments."""
-
-
-def update_from_text(text: str) -> MemoryUpdate | None:
-    """The first JSON object in ``text`` that is a valid ``MemoryUpdate``, or None.
-
-    Fenced blocks (```` ```json ````) are tried first, then the whole text, then each
-    object that starts in it; an object wrapping the arguments as a tool call written out
-    (``{"name": "MemoryUpdate", "arguments": {...}}``) counts as its arguments.
-    """
-    decoder = json.JSONDecoder()
-    for chunk in [*(m.group(1) for m in _FENCE.finditer(text)), text]:
-        start = chunk.find("{")
-        tried = 0
-        while start != -1 and tried < _MAX_OBJECTS:
-            tried += 1
-            try:
-                value, _ = decoder.raw_decode(chunk, start)
-            except ValueError:
-                value = None
-            update = _as_update(value)
-            if update is not None:
-                return update
-            start = chunk.find("{", start + 1)
-    return None
-
-
-def _as_update(value: Any) -> MemoryUpdate | None:
-    if not isinstance(value, dict):
-        return None
-    for key in _WRAPPERS:
-        inner = value.get(key)
-        if isinstance(inner, str):
-            try:
-                inner = json.loads(inner)
-            except ValueError:
-                inner = None
-        if isinstance(inner, dict) and {"facts", "profile_updates"} & inner.keys():
-            value = inner
-            break
-    if not {"facts", "profile_updates"} & value.keys():
-        return None  # an object of some other shape ({} is not an answer either)
-    try:
-        return MemoryUpdate.model_validate(value)
-    except ValidationError:
-        return None
-
-
-def _from_text(text: str, problem: str) -> MemoryUpdate | str:
-    """The ``MemoryUpdate`` written in the answer text, or the reason nothing was read."""
-    update = update_from_text(text)
-    if update is not None:
-        logger.info("memory model answered without a valid tool call; read its JSON text")
-        return update
-    if not text.strip():
-        return f"{problem} and an empty answer"
-    return f"{problem} and no MemoryUpdate JSON in the answer text ({len(text)} chars)"
+def _log_reading(reading: Reading) -> None:
+    """Say how the candidates were read, when it was not a clean tool call."""
+    level = logging.WARNING if reading.dropped else logging.INFO
+    if reading.source == "answer text":
+        message = "memory model answered without a valid tool call; read its JSON text: %s"
+    elif reading.source == "lines":
+        message = "memory model answered in plain lines: %s"
+    elif reading.dropped or reading.defaults:
+        message = "memory model's MemoryUpdate call: %s"
+    else:
+        return
+    logger.log(level, message, reading.summary())
 
 
 def _decide(
-    update: MemoryUpdate,
+    reading: Reading,
     rows: Sequence[dict[str, str]],
     context: Context,
     threshold: float,
     result: ExtractionResult,
-) -> list[tuple[FactCandidate | ProfileUpdate, Decision]]:
-    """The accepted candidates with their decisions; rejections are recorded in ``result``."""
-    accepted: list[tuple[FactCandidate | ProfileUpdate, Decision]] = []
-    for candidate in update.facts:
+) -> list[Decision]:
+    """The gate's accepting decisions on ``reading``; rejections are recorded in ``result``."""
+    accepted: list[Decision] = []
+    for candidate in reading.candidates:
         decision = accept_candidate(
             candidate, rows, threshold=threshold, project_id=context.project_id
         )
-        if decision.accepted:
-            accepted.append((candidate, decision))
+        if decision.accepted and decision.candidate is not None:
+            accepted.append(decision)
         else:
-            result.rejected.append((candidate.key, decision.reason))
-    for section in update.profile_updates:
-        decision = accept_profile_update(section, rows, threshold=threshold)
-        if decision.accepted:
-            accepted.append((section, decision))
-        else:
-            result.rejected.append((section.section, decision.reason))
+            label = candidate.key if isinstance(candidate, FactCandidate) else candidate.section
+            result.rejected.append((label, decision.reason))
     return accepted

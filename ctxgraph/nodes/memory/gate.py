@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ctxgraph.nodes.memory.filter import USER
+from ctxgraph.store.memory.cues import states_durable_fact
 
 NO_CUE = "no_fact_cue"
 """The reason a gated turn is skipped: no user row holds a cue a fact could come from."""
@@ -82,7 +83,14 @@ _NAME = re.compile(
 
 
 def has_fact_cue(text: str) -> bool:
-    """True when ``text`` holds a cue a durable fact could come from."""
+    """True when ``text`` holds a cue a durable fact could come from.
+
+    Every statement the acceptance gate recognises as a durable fact
+    (``states_durable_fact``, which lifts a model's ``transactional`` label) has one, so
+    this check never keeps from the model a turn the gate would store from.
+    """
+    if states_durable_fact(text):
+        return True
     text = _REQUEST_OBJECT.sub(" ", text)
     return _CUE.search(text) is not None or _NAME.search(text) is not None
 

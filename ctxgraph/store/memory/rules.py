@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ctxgraph.store.memory.cues import asks_for_action, states_durable_fact
 
 Scope = Literal["user", "thread", "project"]
 Durability = Literal["durable", "temporary"]
@@ -137,12 +139,35 @@ class Decision:
     accepted: bool
     target: Literal["user", "project"] | None
     reason: str
+    candidate: FactCandidate | ProfileUpdate | None = field(default=None, compare=False)
+    """The candidate as accepted, the one to store: its evidence cited from the user
+    message that holds the quote, and a ``transactional`` label the quote's words
+    contradict made ``descriptive`` (see :func:`admitted`). None when rejected; not
+    compared, so two decisions are equal when their verdicts are."""
+
+
+TRANSACTIONAL = "transactional: an authorization or instruction is never remembered"
+"""The reason a transactional candidate is rejected."""
+
+UNCITED = "(uncited)"
+"""The evidence id of a candidate whose model cited no message (the line format's facts):
+the gate cites the one user message that holds its quote, if exactly one does."""
+
+Gated = TypeVar("Gated", bound=_Gated)
+
+_SPEAKER = re.compile(r"^\s*(?:\[[^\]\n]{1,120}\]\s*)?(?:(?:user|human|u\d+)\s*[:：]\s*)?", re.I)
+"""A speaker label a model copies from the transcript: ``[id] user:``, ``user:``, ``u1:``."""
 
 
 def static_rejection(candidate: FactCandidate | ProfileUpdate) -> str | None:
     """The reason a candidate can never be remembered, whatever its evidence, or None."""
     if candidate.authority == "transactional":
-        return "transactional: an authorization or instruction is never remembered"
+        return TRANSACTIONAL
+    return _label_rejection(candidate)
+
+
+def _label_rejection(candidate: FactCandidate | ProfileUpdate) -> str | None:
+    """:func:`static_rejection` without the authority, which the words may overrule."""
     if candidate.durability == "temporary":
         return "temporary: it applies only to the current conversation"
     if candidate.scope == "thread":
@@ -152,32 +177,112 @@ def static_rejection(candidate: FactCandidate | ProfileUpdate) -> str | None:
     return None
 
 
+def unlabelled(quote: str) -> str:
+    """``quote`` without a leading speaker label (``user:``, ``u1:``, ``[id] user:``)."""
+    return _SPEAKER.sub("", quote, count=1).strip()
+
+
 def _contains(haystack: str, needle: str) -> bool:
     text, excerpt = normalize_text(haystack), normalize_text(needle)
     return bool(excerpt) and (excerpt in text or excerpt.casefold() in text.casefold())
+
+
+def _texts(rows: Sequence[Mapping[str, object]], role: str) -> list[tuple[str, str]]:
+    """``(id, content)`` of the rows of ``role`` whose content is text."""
+    return [
+        (str(row.get("id")), content)
+        for row in rows
+        if row.get("role") == role and isinstance(content := row.get("content"), str)
+    ]
+
+
+def cite(candidate: Gated, rows: Sequence[Mapping[str, object]]) -> Gated | str:
+    """``candidate`` citing the user message that holds its quote, or why none does.
+
+    The quote is read as written, then without a speaker label the model copied from the
+    transcript (``user:``, ``u1:``, ``[id] user:``). The cited message wins when it holds
+    the quote; otherwise (a wrong or missing id) the one user message of ``rows`` that
+    holds it is cited instead. A quote no user message holds is refused, however an
+    assistant message or the model's translation reads.
+
+    Args:
+        candidate: A fact or profile candidate.
+        rows: The filtered rows of this extraction (``id``, ``role``, ``content``).
+
+    Returns:
+        The candidate with its evidence id and quote as found (itself when they were
+        right), or the reason the evidence does not hold.
+
+    """
+    users = _texts(rows, "user")
+    quotes = [candidate.evidence_text]
+    bare = unlabelled(candidate.evidence_text)
+    if bare and bare != candidate.evidence_text:
+        quotes.append(bare)
+    for quote in quotes:
+        if any(i == candidate.evidence_message_id and _contains(t, quote) for i, t in users):
+            return candidate if quote == candidate.evidence_text else _cited(candidate, None, quote)
+    for quote in quotes:
+        holders = [i for i, text in users if _contains(text, quote)]
+        if len(holders) == 1:
+            return _cited(candidate, holders[0], quote)
+        if holders:
+            return (
+                f"evidence ambiguous: {quote!r} is in {len(holders)} user messages and the "
+                f"cited {candidate.evidence_message_id!r} is none of them"
+            )
+    if any(_contains(text, quote) for _, text in _texts(rows, "assistant") for quote in quotes):
+        return "evidence appears only in an assistant message"
+    return (
+        f"evidence not found: {candidate.evidence_text!r} is not in user message "
+        f"{candidate.evidence_message_id!r} nor in any other"
+    )
+
+
+def _cited(candidate: Gated, message_id: str | None, quote: str) -> Gated:
+    update: dict[str, str] = {"evidence_text": quote}
+    if message_id is not None:
+        update["evidence_message_id"] = message_id
+    return candidate.model_copy(update=update)
 
 
 def evidence_rejection(
     candidate: FactCandidate | ProfileUpdate, rows: Sequence[Mapping[str, object]]
 ) -> str | None:
     """Why the evidence does not support the candidate, or None when a user row states it."""
-    for row in rows:
-        if row.get("id") == candidate.evidence_message_id and row.get("role") == "user":
-            content = row.get("content")
-            if isinstance(content, str) and _contains(content, candidate.evidence_text):
-                return None
-    for row in rows:
-        content = row.get("content")
-        if (
-            row.get("role") == "assistant"
-            and isinstance(content, str)
-            and _contains(content, candidate.evidence_text)
-        ):
-            return "evidence appears only in an assistant message"
-    return (
-        f"evidence not found: {candidate.evidence_text!r} is not in user message "
-        f"{candidate.evidence_message_id!r}"
+    cited = cite(candidate, rows)
+    return cited if isinstance(cited, str) else None
+
+
+def _authority(
+    candidate: FactCandidate | ProfileUpdate, rows: Sequence[Mapping[str, object]]
+) -> tuple[FactCandidate | ProfileUpdate | None, str]:
+    """The candidate with the authority its words give it (None: never remembered), and a note.
+
+    A small model labels durable statements ``transactional`` ("I'm a Python backend
+    developer") and requests ``descriptive``. The deterministic cues of
+    ``ctxgraph.store.memory.cues`` decide where the words are plain: a ``transactional``
+    label is lifted when the quote states a durable fact and neither the cited message
+    nor the fact's content asks for (or grants) an action; a ``descriptive`` label is
+    refused when the quote asks for an action and states no durable fact. ``rows`` must
+    hold the cited message (``cite`` has checked it).
+    """
+    quote = candidate.evidence_text
+    message = next(
+        (text for i, text in _texts(rows, "user") if i == candidate.evidence_message_id), quote
     )
+    if candidate.authority == "transactional":
+        if (
+            states_durable_fact(quote)
+            and not asks_for_action(message)
+            and not asks_for_action(candidate.content)
+        ):
+            note = " (labelled transactional; its quote states a durable fact, asks no action)"
+            return candidate.model_copy(update={"authority": "descriptive"}), note
+        return None, TRANSACTIONAL
+    if asks_for_action(quote) and not states_durable_fact(quote):
+        return None, "transactional by its words: the quote asks for an action, never remembered"
+    return candidate, ""
 
 
 def accept_candidate(
@@ -189,29 +294,42 @@ def accept_candidate(
 ) -> Decision:
     """Decide whether ``candidate`` is remembered, and whether for the user or the project.
 
-    ``rows`` is the filtered conversation, dicts with ``id``, ``role`` ("user" or
-    "assistant") and ``content``. Only durable, descriptive candidates about the user or the
-    project, confident enough and quoted from a user message, are accepted.
+    Only durable, descriptive candidates about the user or the project, confident enough
+    and quoted from a user message, are accepted. The quote may carry a speaker label or
+    cite the wrong message when exactly one user message holds it (:func:`cite`); the
+    authority follows the quote's words where the deterministic cues are plain
+    (``_authority``). ``Decision.candidate`` is the candidate to store.
+
+    Args:
+        candidate: A fact or profile candidate of the memory model.
+        rows: The filtered conversation, dicts with ``id``, ``role`` ("user" or
+            "assistant") and ``content``.
+        threshold: The lowest confidence accepted.
+        project_id: The context's project; a project fact without one is refused.
+
+    Returns:
+        The decision, with the reason (why it was refused, or what was accepted).
+
     """
-    reason = static_rejection(candidate)
+    reason = _label_rejection(candidate)
+    if reason is None and candidate.scope == "project" and project_id is None:
+        reason = "project scope but no project in the context"
+    if reason is None and candidate.confidence < threshold:
+        reason = f"low confidence: {candidate.confidence:.2f} is below {threshold:.2f}"
+    lifts = states_durable_fact(unlabelled(candidate.evidence_text))
+    if reason is None and candidate.authority == "transactional" and not lifts:
+        reason = TRANSACTIONAL
     if reason is not None:
         return Decision(accepted=False, target=None, reason=reason)
-    if candidate.confidence < threshold:
-        return Decision(
-            accepted=False,
-            target=None,
-            reason=f"low confidence: {candidate.confidence:.2f} is below {threshold:.2f}",
-        )
-    reason = evidence_rejection(candidate, rows)
-    if reason is not None:
-        return Decision(accepted=False, target=None, reason=reason)
-    if candidate.scope == "project":
-        if project_id is None:
-            return Decision(
-                accepted=False, target=None, reason="project scope but no project in the context"
-            )
-        return Decision(accepted=True, target="project", reason="durable project fact")
-    return Decision(accepted=True, target="user", reason="durable user fact")
+    cited = cite(candidate, rows)
+    if isinstance(cited, str):
+        return Decision(accepted=False, target=None, reason=cited)
+    admitted, note = _authority(cited, rows)
+    if admitted is None:
+        return Decision(accepted=False, target=None, reason=note)
+    if admitted.scope == "project":
+        return Decision(True, "project", f"durable project fact{note}", admitted)
+    return Decision(True, "user", f"durable user fact{note}", admitted)
 
 
 def accept_profile_update(
