@@ -56,10 +56,13 @@ def tool_call(args: dict[str, Any]) -> AIMessage:
     return AIMessage(content="", tool_calls=[{"name": "MemoryUpdate", "args": args, "id": "m1"}])
 
 
-def run_turn(reply: AIMessage | str | BaseException) -> tuple[list[str], list[Any], AIMessage]:
-    """One graph turn whose memory model answers ``reply``: stored facts, the final answer."""
+def run_turn(
+    reply: AIMessage | str | BaseException, *more: str
+) -> tuple[list[str], list[Any], AIMessage]:
+    """One graph turn whose memory model answers ``reply`` (then ``more``, asked for plain
+    lines): stored facts, the final answer."""
     store = InMemoryStore()
-    memory = ScriptedChatModel(script=[reply])
+    memory = ScriptedChatModel(script=[reply, *more])
     graph = build_graph(
         models=Models(main=ScriptedChatModel(responder=demo_reply), memory=memory),
         tools=demo_tools(),
@@ -72,7 +75,7 @@ def run_turn(reply: AIMessage | str | BaseException) -> tuple[list[str], list[An
         {"configurable": {"thread_id": "t-deg"}},
         context=CONTEXT,
     )
-    assert memory.calls == 1
+    assert memory.calls == 1 + len(more)
     facts = MemoryRepository(store).list_facts(CONTEXT)
     return [f.key for f in facts], facts, out["messages"][-1]
 
@@ -142,7 +145,10 @@ def test_invalid_tool_arguments_fall_back_to_the_text(caplog: pytest.LogCaptureF
     ("reply", "reason"),
     [
         ("I think the user likes Go, but I am not sure what to store.", "no MemoryUpdate JSON"),
-        ('Here: {"facts": [{"key": "x"}]} and {"answer": 42}', "no MemoryUpdate JSON"),
+        (
+            'Here: {"facts": [{"key": "x"}]} and {"answer": 42}',
+            "no usable fact in the MemoryUpdate JSON of the text (facts[0] missing scope",
+        ),
         ("", "empty answer"),
         (
             AIMessage(
@@ -165,14 +171,19 @@ def test_invalid_tool_arguments_fall_back_to_the_text(caplog: pytest.LogCaptureF
 def test_an_unreadable_answer_is_skipped_with_one_warning(
     reply: AIMessage | str, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Unreadable twice: the answer, then the answer to the one ask for plain lines."""
     with caplog.at_level(logging.INFO, logger="ctxgraph.memory"):
-        keys, _, answer = run_turn(reply)
+        keys, _, answer = run_turn(reply, "I cannot say.")
     assert_answered(answer)
     assert keys == []
     warnings = memory_warnings(caplog)
     assert len(warnings) == 1
     assert "memory extraction skipped" in warnings[0]
     assert reason in warnings[0]
+    assert warnings[0].endswith(
+        'asked for plain lines: no line in the format key | content | category | "quote" '
+        "and no NONE (13 chars)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,7 +206,8 @@ def test_a_failing_memory_call_skips_without_failing_the_turn(
 def test_a_skipped_answer_is_not_asked_again_but_a_failed_call_is() -> None:
     """An unreadable reply marks its rows done; an error leaves them for the next turn."""
     for first, asked_again in (("no json here", False), (TimeoutError("slow"), True)):
-        memory = ScriptedChatModel(script=[first, tool_call({"facts": []})])
+        lines = [] if asked_again else ["NONE"]  # an unreadable reply gets one ask for lines
+        memory = ScriptedChatModel(script=[first, *lines, tool_call({"facts": []})])
         graph = build_graph(
             models=Models(main=ScriptedChatModel(responder=demo_reply), memory=memory),
             tools=demo_tools(),
@@ -207,7 +219,7 @@ def test_a_skipped_answer_is_not_asked_again_but_a_failed_call_is() -> None:
         second_turn: Any = {"messages": [("user", "I prefer tabs over spaces.")]}
         graph.invoke(first_turn, cfg, context=CONTEXT)
         graph.invoke(second_turn, cfg, context=CONTEXT)
-        second = str(memory.requests[1][-1].content)
+        second = str(memory.requests[-1][-1].content)
         assert (f"[{MESSAGE_ID}]" in second) is asked_again
 
 

@@ -156,17 +156,18 @@ NONSENSE: list[Any] = [
     "lol what",  # text, no tool call
     AIMessage(content="", tool_calls=[{"name": "MemoryUpdate", "args": {"facts": "x"}, "id": "1"}]),
     _call([_fact("p1", evidence_text="I never said this at all")]),  # invented quote
-    _call([_fact("no-such-row")]),  # evidence in no message
-    _call([_fact("p1", authority="transactional")]),
+    _call([_fact("no-such-row", evidence_text="user: I never said this")]),  # labelled, invented
+    _call([_fact("p1", authority="transactional", content="You may push to main.")]),  # a grant
     _call([_fact("p1", confidence=7)]),
-    _call([_fact("p1", key="Not A Key!!", content="")]),
+    _call([_fact("p1", key="Not A Key!!", content="", evidence_text="I never said this")]),
     AIMessage(content='{"facts": [{"key": 3}]} and also {"profile_updates": "yes"}'),
 ]
 
 
 @pytest.mark.parametrize("reply", NONSENSE, ids=[str(i) for i in range(len(NONSENSE))])
 def test_an_adversarial_memory_model_leaves_the_state_consistent(reply: Any) -> None:
-    memory = ScriptedChatModel(script=[reply])
+    # An answer with nothing usable gets one ask for plain lines, answered with nonsense too.
+    memory = ScriptedChatModel(script=[reply], responder=lambda _: AIMessage(content="lol"))
     graph, store = _graph(memory)
     state, events = _turn(graph, "t-bad", STATEMENT, "p1")
 
@@ -180,7 +181,7 @@ def test_an_adversarial_memory_model_leaves_the_state_consistent(reply: Any) -> 
     # The turn finished, its rows are processed once (never re-sent), the cost is counted.
     assert isinstance(state["messages"][-1], AIMessage)
     assert "p1" in ProcessedMessages(store, "t-bad").get()
-    assert state["model_usage"]["memory"]["calls"] == 1
+    assert state["model_usage"]["memory"]["input_tokens"] > 0
     [event] = events
     assert event["event"] == "memory.extracted" and event["facts"] == 0
     assert event["unreadable"] is not None or event["rejected"] >= 1
