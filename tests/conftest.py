@@ -93,11 +93,27 @@ def ctxgraph_home() -> Iterator[Path]:
     shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_background_memory_left() -> Iterator[None]:
+    """A test's background memory extractions end with it (their logs stay in its caplog)."""
+    yield
+    from ctxgraph.nodes.memory.runner import wait_for_memory
+
+    wait_for_memory(BACKGROUND_MEMORY_WAIT)
+
+
+BACKGROUND_MEMORY_WAIT = 30.0
+"""Seconds a test's background memory extractions get after it (fakes take milliseconds)."""
+
+
 @pytest.fixture
 def persistence(database_uri: str) -> Iterator[Persistence]:
     """A Postgres checkpointer and Store on the session database."""
     with open_persistence(database_uri) as opened:
         yield opened
+        from ctxgraph.nodes.memory.runner import wait_for_memory
+
+        wait_for_memory(BACKGROUND_MEMORY_WAIT)  # before the Store they write to closes
 
 
 @pytest.fixture
@@ -114,6 +130,9 @@ def subprocess_env(database_uri: str) -> dict[str, str]:
         {
             "DATABASE_URI": database_uri,
             "CTXGRAPH_MODEL": "scripted",
+            # A child's start extracts the due memory items of every thread in the database:
+            # not the ones other tests left queued in the last half hour.
+            "CTXGRAPH_MEMORY_QUIET_SECONDS": "1800",
             "PYTHONPATH": str(REPO_ROOT),
             "PYTHONUNBUFFERED": "1",
         }

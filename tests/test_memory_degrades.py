@@ -66,7 +66,7 @@ def run_turn(
     graph = build_graph(
         models=Models(main=ScriptedChatModel(responder=demo_reply), memory=memory),
         tools=demo_tools(),
-        settings=Settings(),
+        settings=Settings(memory_extraction="inline"),
         checkpointer=InMemorySaver(),
         store=store,
     )
@@ -211,6 +211,7 @@ def test_a_skipped_answer_is_not_asked_again_but_a_failed_call_is() -> None:
         graph = build_graph(
             models=Models(main=ScriptedChatModel(responder=demo_reply), memory=memory),
             tools=demo_tools(),
+            settings=Settings(memory_extraction="inline"),
             checkpointer=InMemorySaver(),
             store=InMemoryStore(),
         )
@@ -229,6 +230,7 @@ def test_the_async_path_degrades_the_same_way(caplog: pytest.LogCaptureFixture) 
     graph = build_graph(
         models=Models(main=ScriptedChatModel(responder=demo_reply), memory=memory),
         tools=demo_tools(),
+        settings=Settings(memory_extraction="inline"),
         checkpointer=InMemorySaver(),
         store=store,
     )

@@ -74,6 +74,8 @@ def test_only_user_rows_count() -> None:
 
 
 def _graph(memory: ScriptedChatModel, **settings: Any) -> tuple[Any, InMemoryStore]:
+    # Inline: these tests assert what a turn stored by the time invoke returns.
+    settings.setdefault("memory_extraction", "inline")
     store = InMemoryStore()
     graph = build_graph(
         models=Models(main=ScriptedChatModel(responder=demo_reply), memory=memory),

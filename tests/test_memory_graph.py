@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph.graph import build_graph
+from ctxgraph.graph import build_graph, wait_for_memory
 from ctxgraph.graph.demo import demo_memory, demo_models, demo_reply, demo_tools
 from ctxgraph.nodes.memory.extract import MEMORY_TAGS, MemoryExtractor
 from ctxgraph.nodes.memory.worker import process_pending
@@ -29,6 +29,8 @@ def memory_model(responder: Responder | None = None) -> ScriptedChatModel:
 
 
 def make_graph(memory: ScriptedChatModel, **settings: Any) -> tuple[Any, InMemoryStore]:
+    # Inline: these tests assert what a turn stored by the time invoke returns.
+    settings.setdefault("memory_extraction", "inline")
     store = InMemoryStore()
     models = Models(main=ScriptedChatModel(responder=demo_reply), memory=memory)
     graph = build_graph(
@@ -204,6 +206,7 @@ def test_the_offline_demo_model_extracts_memory() -> None:
     graph.invoke(
         {"messages": [("user", "I prefer tea. What is 1 + 1?")]}, config("t9"), context=ctx
     )
+    assert wait_for_memory(30) == 0  # the default extracts in the background
     facts = MemoryRepository(store).list_facts(ctx)
     assert [(f.content, f.category) for f in facts] == [("I prefer tea.", "preference")]
 

@@ -36,6 +36,8 @@ def memory_messages(request: list[BaseMessage]) -> list[BaseMessage]:
 def make_graph(
     main: ScriptedChatModel, store: Any = None, **settings: Any
 ) -> tuple[Any, InMemoryStore]:
+    # Inline: these tests assert what a turn stored by the time invoke returns.
+    settings.setdefault("memory_extraction", "inline")
     store = store if store is not None else InMemoryStore()
     memory = ScriptedChatModel(responder=lambda ms: demo_memory(str(ms[-1].content)))
     graph = build_graph(

@@ -139,7 +139,7 @@ def text_of(turn: int) -> str:
     return f"Note {turn}: keep the quarterly report, the budget sheet and the plan in mind."
 
 
-COMPACTING = Settings(trigger_messages=10, keep_messages=4)
+COMPACTING = Settings(trigger_messages=10, keep_messages=4, memory_extraction="inline")
 
 
 def _assert_at_most_once_per_turn(counts: Counter[str]) -> None:
@@ -176,7 +176,11 @@ async def test_async_turns_send_the_same_operations_as_sync_ones() -> None:
 
 
 def test_without_load_memory_extraction_reads_profile_and_processed_in_one_batch() -> None:
-    turns = Turns(Settings(trigger_messages=10, keep_messages=4, memory_mode="off"))
+    turns = Turns(
+        Settings(
+            trigger_messages=10, keep_messages=4, memory_mode="off", memory_extraction="inline"
+        )
+    )
     together = 0
     for turn in range(12):
         counts = turns.counts(turns.send(text_of(turn)))
@@ -248,7 +252,7 @@ def _prompt_facts(model: ScriptedChatModel) -> list[dict[str, str]]:
     ids=["few-facts-handed-on", "facts-handed-on", "too-many-to-hand-on"],
 )
 def test_the_extraction_prompt_lists_the_related_facts(count: int, listings: int) -> None:
-    turns = Turns(Settings())
+    turns = Turns(Settings(memory_extraction="inline"))
     _store_facts(turns.store, count)
     text = "I like tea, tell me about it."
     counts = turns.counts(turns.send(text))

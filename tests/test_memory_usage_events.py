@@ -60,7 +60,7 @@ def _graph(memory: ScriptedChatModel) -> tuple[Any, InMemoryStore]:
     graph = build_graph(
         models=Models(main=ScriptedChatModel(responder=demo_reply), memory=memory),
         tools=demo_tools(),
-        settings=Settings(),
+        settings=Settings(memory_extraction="inline"),
         checkpointer=InMemorySaver(),
         store=store,
     )

@@ -107,7 +107,8 @@ def test_choice_lists_every_choice() -> None:
     with pytest.raises(SettingsError) as raised:
         Settings(memory_extraction="later")  # type: ignore[arg-type]
     assert str(raised.value) == (
-        "Settings.memory_extraction must be 'inline', 'deferred' or 'off', got 'later'"
+        "Settings.memory_extraction must be 'background', 'inline', 'deferred' or 'off', "
+        "got 'later'"
     )
 
 

@@ -1,7 +1,9 @@
 """Build the ctxgraph graph: ``build_graph`` compiles it, ``create_builder`` does not.
 
-``as_subgraph`` gives ctxgraph as a node for a parent graph. The names load on first
-use, so the command line can import ``ctxgraph.graph.cli`` without the whole graph stack.
+``as_subgraph`` gives ctxgraph as a node for a parent graph; ``wait_for_memory`` (and
+``await_memory``) waits for this process's background memory extractions. The names load
+on first use, so the command line can import ``ctxgraph.graph.cli`` without the whole
+graph stack.
 """
 
 TYPE_CHECKING = False
@@ -10,6 +12,7 @@ if TYPE_CHECKING:
 
     from ctxgraph.graph.builder import Builder, Graph, build_graph, compile_graph, create_builder
     from ctxgraph.graph.subgraph import SubgraphSetupError, as_subgraph
+    from ctxgraph.nodes.memory.runner import await_memory, wait_for_memory
 
 _MODULES = {
     "Builder": "ctxgraph.graph.builder",
@@ -19,6 +22,8 @@ _MODULES = {
     "create_builder": "ctxgraph.graph.builder",
     "SubgraphSetupError": "ctxgraph.graph.subgraph",
     "as_subgraph": "ctxgraph.graph.subgraph",
+    "await_memory": "ctxgraph.nodes.memory.runner",
+    "wait_for_memory": "ctxgraph.nodes.memory.runner",
 }
 """The module each lazily loaded name lives in."""
 
@@ -27,9 +32,11 @@ __all__ = [
     "Graph",
     "SubgraphSetupError",
     "as_subgraph",
+    "await_memory",
     "build_graph",
     "compile_graph",
     "create_builder",
+    "wait_for_memory",
 ]
 
 

@@ -350,7 +350,10 @@ def build_graph(
             ``create_builder``.
 
     Returns:
-        The compiled graph; run it with ``context=Context(user_id=...)``.
+        The compiled graph; run it with ``context=Context(user_id=...)``. With the default
+        ``memory_extraction="background"`` a run does not wait for the memory model; call
+        ``ctxgraph.graph.wait_for_memory()`` (or ``await_memory()``) before the process
+        ends or the Store closes.
 
     Raises:
         ValueError: A ``checkpointer`` without a ``store``, or two tools share a name.

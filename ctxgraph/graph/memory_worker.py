@@ -1,4 +1,8 @@
-"""A one-node graph that runs deferred memory extractions, for a server to schedule."""
+"""A one-node graph that runs queued memory extractions, for a server to schedule.
+
+It processes the items ``memory_extraction="deferred"`` leaves, and those a background
+extraction left queued when its process stopped.
+"""
 
 from __future__ import annotations
 

@@ -185,12 +185,13 @@ class Settings:
             "archive (counted in the record), and the one said last always stays."
         },
     )
-    memory_extraction: Literal["inline", "deferred", "off"] = field(
-        default="inline",
+    memory_extraction: Literal["background", "inline", "deferred", "off"] = field(
+        default="background",
         metadata={
-            "description": "Extract long-term memory at the end of each turn (inline), queue "
-            "it in the Store for a worker (deferred), or not at all (off); env "
-            "CTXGRAPH_MEMORY_EXTRACTION."
+            "description": "Extract long-term memory after the turn in this process, without "
+            "making the run wait (background: queued in the Store, then extracted at once by "
+            "an in-process runner), in the run (inline), queued in the Store for a worker "
+            "(deferred), or not at all (off); env CTXGRAPH_MEMORY_EXTRACTION."
         },
     )
     extraction_gate: bool = field(
@@ -208,7 +209,16 @@ class Settings:
         default=30.0,
         metadata={
             "description": "Deferred extraction waits until a thread has been quiet this long "
-            "(newest rows win, work is merged)."
+            "(newest rows win, work is merged); background extraction does not wait; env "
+            "CTXGRAPH_MEMORY_QUIET_SECONDS."
+        },
+    )
+    memory_wait_s: float = field(
+        default=120.0,
+        metadata={
+            "description": "Seconds the command line waits at exit for this process's "
+            "background memory extractions; one still running stays queued for the next "
+            "start (0 or more); env CTXGRAPH_MEMORY_WAIT_S."
         },
     )
     memory_mode: Literal["auto", "tool", "off"] = field(
@@ -598,6 +608,8 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CTXGRAPH_COMPACTION_MODE": ("compaction_mode", str),
     "CTXGRAPH_SUMMARY_FALLBACK": ("summary_fallback", str),
     "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
+    "CTXGRAPH_MEMORY_WAIT_S": ("memory_wait_s", float),
+    "CTXGRAPH_MEMORY_QUIET_SECONDS": ("memory_quiet_seconds", float),
     "CTXGRAPH_EXTRACTION_GATE": ("extraction_gate", parse_flag),
     "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
     "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),

@@ -337,10 +337,11 @@ BACKGROUND_RULES: tuple[Rule, ...] = (
 """Background compaction: when its job starts, how long a trigger waits, its lease."""
 
 MEMORY_RULES: tuple[Rule, ...] = (
-    Choice("memory_extraction", ("inline", "deferred", "off")),
+    Choice("memory_extraction", ("background", "inline", "deferred", "off")),
     Flag("extraction_gate"),
     Number("confidence_threshold", 0, 1, example=0.7),
     Number("memory_quiet_seconds", 0, unit="seconds", example=30),
+    Number("memory_wait_s", 0, unit="seconds", example=120),
     Choice("memory_mode", ("auto", "tool", "off")),
     WholeNumber("memory_budget", 50, 2_000),
     WholeNumber("correction_budget", 1, 500),

@@ -121,8 +121,9 @@ def _run_session(
     """Open the database and run the turns; the exit status and any abandoned run.
 
     Before the database is closed, background compaction jobs this process started get
-    ``background_wait_s`` to store their results (none when the session was interrupted;
-    see ``settle_compaction_jobs``).
+    ``background_wait_s`` to store their results, and background memory extractions
+    ``memory_wait_s`` (neither gets any when the session was interrupted; see
+    ``settle_compaction_jobs`` and ``settle_memory_extractions``).
     """
     with open_persistence() as persistence:
         graph = configured.build(checkpointer=persistence.checkpointer, store=persistence.store)
@@ -136,6 +137,7 @@ def _run_session(
             return session.stopped(stop)
         finally:
             settle_compaction_jobs(configured.settings, err, wait=not interrupted)
+            settle_memory_extractions(configured.settings, err, wait=not interrupted)
 
 
 def settle_compaction_jobs(settings: Settings, err: TextIO, *, wait: bool = True) -> int:
@@ -156,6 +158,50 @@ def settle_compaction_jobs(settings: Settings, err: TextIO, *, wait: bool = True
         )
         err.flush()
     return left
+
+
+MEMORY_GRACE = 1.0
+"""Seconds the command line waits at exit for memory extractions before it says it waits."""
+
+
+def settle_memory_extractions(settings: Settings, err: TextIO, *, wait: bool = True) -> int:
+    """Give this process's background memory extractions time to finish; how many still run.
+
+    With some running after ``MEMORY_GRACE``, a note on ``err`` says the command waits for
+    them, up to ``settings.memory_wait_s`` in all (not at all unless ``wait``; Ctrl-C
+    stops the wait). Those
+    still running then stay queued in the Store, which another note says: the next
+    ``chat`` or ``run`` (once the thread has been quiet for ``memory_quiet_seconds``) or
+    ``ctxgraph memory process`` runs them. Without any, it returns 0 at once and prints
+    nothing.
+    """
+    from ctxgraph.nodes.memory.runner import pending_memory, wait_for_memory
+
+    grace = min(MEMORY_GRACE, settings.memory_wait_s) if wait else 0.0
+    left = wait_for_memory(grace) if pending_memory() else 0
+    if not left:
+        return 0
+    if wait and settings.memory_wait_s > grace:
+        err.write(
+            f"note: waiting up to {settings.memory_wait_s:g} s for "
+            f"{plural(left, 'memory extraction')} to finish (Ctrl-C leaves {_them(left)} queued)\n"
+        )
+        err.flush()
+        try:
+            left = wait_for_memory(settings.memory_wait_s - grace)
+        except KeyboardInterrupt:
+            left = pending_memory()
+    if left:
+        err.write(
+            f"note: {plural(left, 'memory extraction')} left queued; the next chat or run "
+            f"(or ctxgraph memory process) finishes {_them(left)}\n"
+        )
+        err.flush()
+    return left
+
+
+def _them(count: int) -> str:
+    return "it" if count == 1 else "them"
 
 
 EXIT_GRACE = 0.3

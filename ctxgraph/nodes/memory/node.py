@@ -8,6 +8,11 @@ record in one Store batch. A flush hands the processed ids on to the end of the 
 With ``extraction_gate`` on, rows whose user text has no fact cue (``memory.gate``) are
 marked processed without calling the memory model (``memory.skipped``); each call adds
 its usage to ``model_usage`` and emits ``memory.extracted`` (``memory.events``).
+
+``memory_extraction`` chooses where the memory model is called: ``"inline"`` here, in
+the run; ``"deferred"`` and ``"background"`` queue the rows in the Store instead, and
+``"background"`` then hands the thread to this process's runner (``memory.runner``), so
+the run does not wait for the model.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import MEMORY_TURN_KEY, ExtractionResult, MemoryExtractor
 from ctxgraph.nodes.memory.filter import USER, filter_for_memory, has_user_rows
 from ctxgraph.nodes.memory.gate import gate_reason
+from ctxgraph.nodes.memory.runner import RUNNER, BackgroundRunner, ThreadExtraction
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
@@ -113,14 +119,17 @@ class MemoryNodes:
         *,
         extraction_prompt: str | None = None,
         repositories: RepositoryFactory | None = None,
+        runner: BackgroundRunner | None = None,
     ) -> None:
         """``planner`` is the ``compact`` node's: a flush extracts from what it will fold.
 
         ``extraction_prompt`` replaces ``EXTRACTION_PROMPT`` (see ``MemoryExtractor``);
         ``repositories`` is the graph's factory, whose ranker picks the stored facts the
-        memory model is shown.
+        memory model is shown; ``runner`` runs background extractions (None: the
+        process's ``RUNNER``).
         """
         self._repositories = repositories
+        self._runner = runner if runner is not None else RUNNER
         self._extractor = MemoryExtractor(models.memory_model, extraction_prompt)
         self._planner = planner
         self._settings = settings
@@ -221,6 +230,8 @@ class MemoryNodes:
             extraction_event(job, rows, result)
             usage = usage_of(result)
         job.store.batch(plan.writes(rows))
+        if plan.handed_on:
+            self._runner.submit(self._background(job))
         return {**plan.update(), **usage}
 
     async def _arun(self, job: MemoryJob) -> dict[str, Any]:
@@ -244,7 +255,19 @@ class MemoryNodes:
             extraction_event(job, rows, result)
             usage = usage_of(result)
         await job.store.abatch(plan.writes(rows))
+        if plan.handed_on:
+            self._runner.asubmit(self._background(job))
         return {**plan.update(), **usage}
+
+    def _background(self, job: MemoryJob) -> ThreadExtraction:
+        """The runner's extraction of the thread's queued item, with the graph's extractor."""
+        return ThreadExtraction(
+            store=job.store,
+            extractor=self._extractor,
+            thread_id=job.thread_id,
+            threshold=job.settings.confidence_threshold,
+            repositories=job.repositories,
+        )
 
     def _warn(self, error: Exception) -> None:
         """Log one line naming the role, endpoint and cause; the turn goes on."""
@@ -260,14 +283,19 @@ class _Plan:
     the memory model. It starts from what this run already read (the ``memory_turn``
     channel) and reads the rest in batches (see :meth:`reads`): the processed ids unless
     handed on, the profile when the memory model is called and no earlier node read it,
-    and the waiting queue item when rows are deferred. It writes in one batch: the queue
-    item (deferred) and the processed ids.
+    and the waiting queue item when rows are queued (deferred or background). It writes
+    in one batch: the queue item and the processed ids.
     """
 
     def __init__(self, job: MemoryJob) -> None:
         self.job = job
         self.candidates = job.candidates()
-        self.deferred = job.settings.memory_extraction == "deferred"
+        mode = job.settings.memory_extraction
+        self.deferred = mode in ("deferred", "background")
+        """Rows go to the Store's queue, not to the memory model in this run."""
+        self.background = mode == "background"
+        self.handed_on = False
+        """True once :meth:`writes` queued rows that this process's runner should take."""
         self.gate = job.settings.extraction_gate
         self._gated: set[tuple[str, ...]] = set()
         factory = job.repositories
@@ -376,12 +404,13 @@ class _Plan:
         return self.update()
 
     def writes(self, rows: Sequence[Row]) -> list[PutOp]:
-        """The Store writes that finish the job: the queue item (deferred), the processed ids."""
+        """The Store writes that finish the job: the queue item (queued), the processed ids."""
         job = self.job
         ops: list[PutOp] = []
         if self.deferred and self.wanted(rows):
             pending = self.queue.pending(job.thread_id, job.context, rows, self.waiting)
             ops.append(self.queue.put_op(pending))
+            self.handed_on = self.background
         self.progress = (self.progress or Progress()).marked(row["id"] for row in rows)
         ops.append(job.processed.put_op(self.progress))
         return ops

@@ -19,6 +19,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import ExtractionResult, MemoryExtractor
+from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import UsageTotals, add_usage, event_fields, usage_update
@@ -133,7 +134,7 @@ class _ItemRun:
         try:
             result = extractor.extract(**self._arguments(repository, threshold))
         except Exception as error:  # the item stays queued for a later run
-            self._failed(error)
+            self._failed(error, extractor)
             return None
         self._store.batch(self.writes(self._store.batch(self.reads())))
         return self._done(result)
@@ -145,7 +146,7 @@ class _ItemRun:
         try:
             result = await extractor.aextract(**self._arguments(repository, threshold))
         except Exception as error:  # the item stays queued for a later run
-            self._failed(error)
+            self._failed(error, extractor)
             return None
         await self._store.abatch(self.writes(await self._store.abatch(self.reads())))
         return self._done(result)
@@ -160,14 +161,13 @@ class _ItemRun:
             "threshold": threshold,
         }
 
-    def _failed(self, error: Exception) -> None:
-        """Log one line naming the thread and the cause; the item stays queued."""
+    def _failed(self, error: Exception, extractor: MemoryExtractor) -> None:
+        """Log one line naming the thread, the endpoint and the cause; the item stays queued."""
+        logger.debug("memory extraction failed", exc_info=error)
         logger.warning(
-            "memory extraction for thread %s failed (%s: %s); it stays queued for a later run",
+            "memory extraction for thread %s failed, it stays queued for a later run: %s",
             self.item.thread_id,
-            type(error).__name__,
-            error,
-            exc_info=logger.isEnabledFor(logging.DEBUG),
+            endpoint_warning(error, "memory", extractor.model),
         )
 
     def _done(self, result: ExtractionResult) -> Done:
