@@ -641,7 +641,9 @@ def test_summary_contradicting_the_ledger_is_replaced_by_a_consistent_one(
     with caplog.at_level(logging.WARNING, logger="ctxgraph.compaction"):
         session.turns(1, 2, 3)
 
-    assert summarizer.calls == 1
+    # The contradicting answer gets one repair request quoting the contradiction.
+    assert summarizer.calls == 2
+    assert "ledger records it as unknown" in str(summarizer.requests[1][-1].content)
     assert len(summary_requests(session.main)) == 1
     state = session.state()
     assert state["summary"]["summary"] == sections_of(CONSISTENT)["summary"]
@@ -668,8 +670,9 @@ def test_when_both_summaries_contradict_the_ledger_nothing_is_committed(
     with caplog.at_level(logging.WARNING, logger="ctxgraph.compaction"):
         session.turns(1, 2, 3)
 
-    assert summarizer.calls == 1
-    assert len(summary_requests(session.main)) == 1
+    # Each model gets its answer refused, then one repair request (which fails too).
+    assert summarizer.calls == 2
+    assert len(summary_requests(session.main)) == 2
     assert_untouched(session, 3)
     skipped = [r.getMessage() for r in caplog.records if "compaction skipped" in r.getMessage()]
     assert len(skipped) == 1

@@ -122,7 +122,8 @@ def totals(calls: int, inputs: int, outputs: int, cached: int, local: int) -> di
 
 
 def test_reported_summary_usage_lands_in_model_usage_and_on_the_event() -> None:
-    run = Run(lambda messages: reported(EXACT))
+    # A summary that follows the folded turns: a constant one is refused as stale.
+    run = Run(lambda messages: reported(demo_summary(prompt_text(messages)).text))
     run.until("summarized")
     [event] = run.named("summarized")
     assert run.summary.calls == 1

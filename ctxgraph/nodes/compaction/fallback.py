@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from ctxgraph.nodes.compaction.faithfulness import DEGRADED_KEY
 from ctxgraph.nodes.compaction.identifiers import extract_identifiers
 from ctxgraph.nodes.compaction.render import SECTIONS
 from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob
@@ -13,7 +14,7 @@ from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
 
-DEGRADED = "degraded"
+DEGRADED = DEGRADED_KEY
 """The key that marks sections (and the summary record and mark) as model-free."""
 
 RECOVER_HINT = "read_history versions {first}..{last} to recover details."
@@ -43,7 +44,9 @@ def degraded_sections(
     where to read the details. Each is cut to a quarter of ``summary_max_tokens`` and
     the whole to about a quarter of the folded text, so the request shrinks; if the
     digest fails ``check`` (a contradiction with the ledger), a plainer record
-    without quoted answers is tried.
+    without quoted answers is tried. ``check`` sees the sections marked ``DEGRADED``: a
+    record written by code is not held to the checks of a model's prose (see
+    ``faithfulness``).
 
     Args:
         job: The folded messages, previous record and current request.
@@ -100,7 +103,7 @@ def degraded_sections(
     }
     problems: list[str] = []
     for summary in (digest, plain_summary):
-        sections = {**base, "summary": _cut(summary, budget)}
+        sections = {**base, "summary": _cut(summary, budget), DEGRADED: "true"}
         problems = check(sections)
         if not problems:
             return {**{key: sections[key] for key, _ in SECTIONS}, DEGRADED: "true"}

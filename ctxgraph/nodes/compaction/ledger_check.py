@@ -25,6 +25,9 @@ checkable.
 
 _Mention = tuple[int, int, _Target]
 
+CONTRADICTION_MARK = "but the ledger records it as"
+"""The words every contradiction problem holds (how a rejection's reason is told)."""
+
 
 def _targets(ledger: Ledger) -> tuple[list[_Target], list[_Target]]:
     """Calls a summary may name: by id, and by tool name with the statuses it has had.
@@ -105,7 +108,7 @@ def find_contradictions(summary_text: str, ledger: Mapping[str, Any]) -> list[st
             if (name, calls) not in reported:
                 reported.add((name, calls))
                 problems.append(
-                    f"the summary says {name} ({calls}) {said}, but the ledger "
-                    f'records it as {status}: "{sentence}"'
+                    f"the summary says {name} ({calls}) {said}, {CONTRADICTION_MARK} "
+                    f'{status}: "{sentence}"'
                 )
     return problems

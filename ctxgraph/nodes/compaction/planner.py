@@ -96,8 +96,9 @@ class Plan:
         return record
 
     def check(self, sections: dict[str, str]) -> list[str]:
-        """Schema, size and ledger problems of candidate sections."""
-        return summary_problems(self.summary(sections), self.settings)
+        """Schema, size, ledger and faithfulness problems of candidate sections."""
+        summary = self.summary(sections)
+        return summary_problems(summary, self.settings, previous=self.previous, folded=self.old)
 
     def skipped(self) -> None:
         """Say that no summary is asked for, and why (``compaction.skipped``, ``unfit``)."""
@@ -116,7 +117,7 @@ class Plan:
         """The summary call's input."""
         latest = next((m for m in reversed(self.kept) if is_real_user_message(m)), None)
         request = "" if latest is None else latest.text
-        return SummaryJob(self.previous, self.old, request)
+        return SummaryJob(self.previous, self.old, request, self.archive.thread_id)
 
     def refolded(self, old: list[AnyMessage], kept: list[AnyMessage]) -> Plan:
         """A copy of the plan that folds ``old`` and keeps ``kept`` (a job's snapshot)."""
@@ -428,7 +429,7 @@ def summary_check(
 
     def check(sections: dict[str, str]) -> list[str]:
         summary = {"schema_version": SUMMARY_SCHEMA_VERSION, **sections, "ledger": ledger}
-        return summary_problems(summary, settings)
+        return summary_problems(summary, settings, previous=previous, folded=folded)
 
     return check
 

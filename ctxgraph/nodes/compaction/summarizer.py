@@ -14,6 +14,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
+from ctxgraph.nodes.compaction.events import emit
+from ctxgraph.nodes.compaction.faithfulness import (
+    MISSING_SECTIONS,
+    echo_problems,
+    instruction_text,
+    problem_reasons,
+)
 from ctxgraph.nodes.compaction.partition import exchange_units
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.state.messages import content_text, message_origin, safe_text
@@ -60,6 +67,18 @@ REPAIR_PROMPT = """Your answer lacked the section(s) {missing}. Rewrite the whol
 record now with exactly these four headings, each on a line of its own: SESSION INTENT, \
 SUMMARY, ARTIFACTS, NEXT STEPS. Nothing else; stay under {max_tokens} tokens."""
 """The one repair request sent to a model whose answer lacked sections."""
+
+REVISE_PROMPT = """Your answer cannot be used as it is:
+{problems}
+Rewrite the whole handoff record now from the previous summary and the folded messages \
+alone: say what they show, in your own words; do not repeat these instructions; never say \
+a tool ran, returned something or succeeded unless a tool result in the folded messages \
+says so. Use exactly these four headings, each on a line of its own: SESSION INTENT, \
+SUMMARY, ARTIFACTS, NEXT STEPS. Nothing else; stay under {max_tokens} tokens."""
+"""The one repair request sent to a model whose answer failed the checks, listing why."""
+
+REVISE_PROBLEM_CHARS = 400
+"""How much of each problem the revise request quotes."""
 
 REPAIR_QUOTE_CHARS = 4000
 """How much of the unusable answer the repair request quotes back to the model."""
@@ -112,11 +131,29 @@ Check = Callable[[dict[str, str]], list[str]]
 
 
 class SummaryError(RuntimeError):
-    """No model produced a usable summary; the message lists each attempt's failure."""
+    """No model produced a usable summary; the message lists each attempt's failure.
+
+    ``reasons`` names why the answers that came back were refused (see
+    ``faithfulness.REASONS``): empty when no model answered usably for other causes.
+    """
+
+    def __init__(self, message: str, reasons: Sequence[str] = ()) -> None:
+        """Fail with ``message``; ``reasons`` names the refusals of the answers."""
+        super().__init__(message)
+        self.reasons: tuple[str, ...] = tuple(reasons)
 
 
 class MissingSectionsError(SummaryError):
     """A model answered, but its answer lacks sections: worth one repair request."""
+
+
+class RejectedSummaryError(SummaryError):
+    """A model answered with four sections that failed the checks: worth one repair request."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        """Refuse an answer for ``problems`` (each a check's problem string)."""
+        super().__init__("; ".join(problems), problem_reasons(problems))
+        self.problems: tuple[str, ...] = tuple(problems)
 
 
 @dataclass(frozen=True)
@@ -126,6 +163,8 @@ class SummaryJob:
     previous: Mapping[str, Any] | None
     folded: Sequence[BaseMessage]
     current_request: str
+    thread_id: str = ""
+    """The thread the summary is for: it names the ``compaction.rejected`` events."""
 
 
 def parse_sections(text: str) -> dict[str, str]:
@@ -141,7 +180,7 @@ def parse_sections(text: str) -> dict[str, str]:
     found = _json_sections(text) or _heading_sections(text)
     missing = [title for key, title in SECTIONS if not found.get(key)]
     if missing:
-        raise MissingSectionsError(f"the summary lacks section(s) {missing}")
+        raise MissingSectionsError(f"the summary lacks section(s) {missing}", (MISSING_SECTIONS,))
     return {key: found[key] for key, _ in SECTIONS}
 
 
@@ -320,7 +359,11 @@ class SummaryWriter:
         """Summarize synchronously; raises ``SummaryError`` when every model fails.
 
         ``check`` returns the problems of a candidate (for example a contradiction with
-        the ledger); a candidate with problems counts as that model's failure. ``usage``,
+        the ledger); the writer adds its own echo check (``faithfulness.echo_problems``
+        against the prompts it sends). An answer that lacks sections or has problems gets
+        one repair request to the same model (each refusal emits ``compaction.rejected``
+        with its reasons); when the repaired answer fails too, that model has failed.
+        ``usage``,
         when given, receives one ``CallUsage`` (role ``summary``) per answered call —
         repair requests and answers that failed their checks included — also when the
         write fails; a call that raised is not counted (no answer says what it cost).
@@ -370,13 +413,19 @@ class SummaryWriter:
         )
 
 
+def prompts_instruction(template: str = SUMMARY_PROMPT) -> str:
+    """The instruction words of every prompt a summary model may be sent with ``template``."""
+    return instruction_text(SUMMARY_SYSTEM, template, REPAIR_PROMPT, REVISE_PROMPT)
+
+
 class _Writing:
     """One summary, as model calls: which model to ask next with which prompt.
 
     The sync and async writers share it and differ only in how they call the model. The
     folded messages go in chunks of whole exchanges (see ``take_chunk``), each on top of
     the sections the previous chunk produced; each chunk is offered to the models in
-    order until one answers with acceptable sections.
+    order until one answers with acceptable sections. An answer that lacks sections or
+    fails the checks gets one repair request to the same model first.
     """
 
     def __init__(
@@ -397,6 +446,9 @@ class _Writing:
         self._models = models
         self._counter = counter
         self._template = template
+        self._instruction = prompts_instruction(template)
+        self._reasons: dict[str, None] = {}
+        """Why answers were refused, in order, once each (``SummaryError.reasons``)."""
         self._previous: Mapping[str, Any] | None = job.previous
         self._units: list[list[BaseMessage]] = exchange_units(job.folded)
         self._prompt: list[BaseMessage] | None = None
@@ -421,19 +473,21 @@ class _Writing:
             self._tried, self._failures = 0, []
             self._prompt_tokens = None
         if self._tried >= len(self._models):
-            raise SummaryError("; ".join(self._failures))
+            raise SummaryError("; ".join(self._failures), list(self._reasons))
         return self._models[self._tried], self._repair or self._prompt
 
     def answered(self, reply: BaseMessage) -> None:
         """Take the current model's reply: the chunk is done, or that model failed."""
         self._measure(reply)
         try:
-            sections = _accept(reply, self._check)
-        except MissingSectionsError as error:
-            if self._repair is None and self._prompt is not None:
-                # One repair request to the same model, quoting what was missing.
+            sections = self._accept(reply)
+        except (MissingSectionsError, RejectedSummaryError) as error:
+            prompt = self._prompt if self._repair is None else None
+            self._rejected(error, repair=prompt is not None)
+            if prompt is not None:
+                # One repair request to the same model, quoting what was wrong.
                 self._failures.append(_failure(self._models[self._tried], error))
-                self._repair = self._repair_prompt(self._prompt, reply, error)
+                self._repair = self._repair_prompt(prompt, reply, error)
                 return
             self.failed(error)
             return
@@ -445,6 +499,30 @@ class _Writing:
         _recovered(self._failures)
         self._prompt = None
         self._done = not self._units
+
+    def _accept(self, reply: BaseMessage) -> dict[str, str]:
+        """The sections of ``reply``; raises ``SummaryError`` when they cannot be used."""
+        text = answer_text(reply).strip()
+        if not text:
+            raise SummaryError("the model returned an empty summary")
+        sections = parse_sections(text)
+        problems = [*echo_problems(sections, self._instruction), *self._check(sections)]
+        if problems:
+            raise RejectedSummaryError(problems)
+        return sections
+
+    def _rejected(self, error: SummaryError, *, repair: bool) -> None:
+        """Note and report why the current model's answer was refused."""
+        self._reasons.update(dict.fromkeys(error.reasons))
+        problems = error.problems if isinstance(error, RejectedSummaryError) else (str(error),)
+        emit(
+            "rejected",
+            self._job.thread_id,
+            model=_model_name(self._models[self._tried]),
+            reasons=list(error.reasons),
+            problems=list(problems),
+            repair=repair,
+        )
 
     def _measure(self, reply: BaseMessage) -> None:
         """Note what the call that ``reply`` answers cost (reported, else counted here)."""
@@ -480,10 +558,13 @@ class _Writing:
     ) -> list[BaseMessage]:
         """The prompt, the unusable answer (cut), and the request to rewrite it."""
         quoted = answer_text(reply)[:REPAIR_QUOTE_CHARS] or "(empty)"
-        missing = str(error).partition("section(s) ")[2] or "all four"
-        request = REPAIR_PROMPT.format(
-            missing=missing, max_tokens=self._settings.summary_max_tokens
-        )
+        max_tokens = self._settings.summary_max_tokens
+        if isinstance(error, RejectedSummaryError):
+            problems = "\n".join(f"- {_cut(p, REVISE_PROBLEM_CHARS)}" for p in error.problems)
+            request = REVISE_PROMPT.format(problems=problems, max_tokens=max_tokens)
+        else:
+            missing = str(error).partition("section(s) ")[2] or "all four"
+            request = REPAIR_PROMPT.format(missing=missing, max_tokens=max_tokens)
         return [*prompt, AIMessage(content=quoted), HumanMessage(content=request)]
 
     def sections(self) -> dict[str, str]:
@@ -514,15 +595,12 @@ class _Writing:
         return prompt, self._units[taken:]
 
 
-def _accept(reply: BaseMessage, check: Check) -> dict[str, str]:
-    text = answer_text(reply).strip()
-    if not text:
-        raise SummaryError("the model returned an empty summary")
-    sections = parse_sections(text)
-    problems = check(sections)
-    if problems:
-        raise SummaryError("; ".join(problems))
-    return sections
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _model_name(model: BaseChatModel) -> str:
+    return str(getattr(model, "model_name", None) or type(model).__name__)
 
 
 def _recovered(failures: list[str]) -> None:
@@ -539,6 +617,5 @@ def _failure(model: BaseChatModel, error: Exception) -> str:
     """
     logger.debug("summary call failed", exc_info=error)
     if isinstance(error, SummaryError):  # the model answered, but not usably
-        name = getattr(model, "model_name", None) or type(model).__name__
-        return f"summary model {name!r}: {error}"
+        return f"summary model {_model_name(model)!r}: {error}"
     return endpoint_warning(error, "summary", model)

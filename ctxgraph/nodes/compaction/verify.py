@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import BaseMessage
+
+from ctxgraph.nodes.compaction.faithfulness import faithfulness_problems
 from ctxgraph.nodes.compaction.ledger_check import find_contradictions
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.triggers import fired_triggers, pressing_kinds
@@ -14,8 +17,27 @@ from ctxgraph.state.summary import SUMMARY_SCHEMA_VERSION
 from ctxgraph.state.tokens import count_text
 
 
-def summary_problems(summary: Mapping[str, Any], settings: Settings) -> list[str]:
-    """Schema, size and ledger-consistency problems of a summary record."""
+def summary_problems(
+    summary: Mapping[str, Any],
+    settings: Settings,
+    *,
+    previous: Mapping[str, Any] | None = None,
+    folded: Sequence[BaseMessage] = (),
+) -> list[str]:
+    """Schema, size, ledger-consistency and faithfulness problems of a summary record.
+
+    Args:
+        summary: The candidate record: schema version, sections and ledger (``degraded``
+            set for a model-free one).
+        settings: Supplies ``summary_max_tokens``.
+        previous: The record it replaces, for the stale check.
+        folded: The messages it folds, for the stale check (none: no stale check).
+
+    Returns:
+        The problems; empty means acceptable. Faithfulness problems start with their
+        name (see ``faithfulness``).
+
+    """
     problems: list[str] = []
     if summary.get("schema_version") != SUMMARY_SCHEMA_VERSION:
         problems.append(
@@ -37,6 +59,9 @@ def summary_problems(summary: Mapping[str, Any], settings: Settings) -> list[str
         problems.append("the ledger is missing")
     else:
         problems.extend(find_contradictions(text, ledger))
+        problems.extend(
+            faithfulness_problems(summary, previous=previous, folded=folded, ledger=ledger)
+        )
     return problems
 
 
