@@ -10,9 +10,11 @@ from ctxgraph.nodes.compaction.ledger_record import (
     Ledger,
     ToolCallEntry,
     fold_call,
+    ledger_decisions,
     listed_artifacts,
     read_ledger,
     set_artifacts,
+    set_decisions,
 )
 from ctxgraph.nodes.compaction.ledger_render import line_cost, render_constraint
 
@@ -47,7 +49,9 @@ def bound_ledger(
     - With ``max_constraint_tokens``, the constraints said most recently are kept while
       their rendered lines fit it, and the older ones are folded (counted in
       ``folded_constraints``; the messages that said them are in the archive). The one
-      said last always stays, verbatim.
+      said last always stays, verbatim. The user's decisions are kept by the same rule
+      within the same number of tokens, a budget of their own (``folded_decisions``
+      counts those folded), so they never push a constraint out.
     - Only the ``max_artifacts`` newest artifact refs stay listed; the older ones are
       counted in ``folded_artifacts`` (their refs are in the archived messages).
     """
@@ -74,6 +78,10 @@ def bound_ledger(
         kept = _newest_within(constraints, max_constraint_tokens)
         bounded["constraints"] = constraints[len(constraints) - kept :]
         bounded["folded_constraints"] += len(constraints) - kept
+        decisions = ledger_decisions(bounded)
+        kept = _newest_within(decisions, max_constraint_tokens)
+        dropped = len(decisions) - kept
+        set_decisions(bounded, decisions[dropped:], bounded.get("folded_decisions", 0) + dropped)
     artifacts = listed_artifacts(bounded)
     dropped = max(0, len(artifacts) - max_artifacts)
     set_artifacts(bounded, artifacts[dropped:], bounded.get("folded_artifacts", 0) + dropped)

@@ -13,23 +13,26 @@ from langchain_core.messages.tool import ToolCall
 from ctxgraph.nodes.compaction.identifiers import (
     error_outcome,
     extract_identifiers,
-    is_constraint,
     scalar_strings,
     split_sentences,
 )
 from ctxgraph.nodes.compaction.ledger_record import (
     ConstraintEntry,
+    DecisionEntry,
     Ledger,
     ToolCallEntry,
     ToolCallStatus,
     copy_entry,
     empty_ledger,
     ledger_artifacts,
+    ledger_decisions,
     listed_artifacts,
     merge_constraints,
     read_ledger,
     set_artifacts,
+    set_decisions,
 )
+from ctxgraph.nodes.compaction.ledger_sentences import sentence_kind
 from ctxgraph.nodes.offload.inputs import shown_words
 from ctxgraph.nodes.offload.refs import messages_artifacts
 from ctxgraph.nodes.text_tool_calls import is_recovered_call_id
@@ -158,7 +161,9 @@ def derive_ledger(
     the first). Constraints are the marked sentences of real user messages, merged by
     ``constraint_key`` with a count and the last turn that said them (the slice's real
     user messages are turns 1, 2, ...; ``merge_ledgers`` moves them past the earlier
-    record's). Identifiers come from message text, tool arguments and the results of
+    record's). Decisions (an action on a named item, "Ship B456 to my office") are kept
+    the same way in their own list; questions and retractions are neither (see
+    ``ledger_sentences``). Identifiers come from message text, tool arguments and the results of
     side-effect calls; a read-only result can be read again (and is archived), so its
     contents are not copied into the ledger.
     Artifacts are the offloaded contents the messages refer to (``message_artifacts``).
@@ -166,6 +171,7 @@ def derive_ledger(
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
     calls: dict[str, ToolCallEntry] = {}
     constraints: list[ConstraintEntry] = []
+    decisions: list[DecisionEntry] = []
     identifiers: list[str] = []
     turn = 0
     for message in messages:
@@ -174,11 +180,11 @@ def derive_ledger(
         texts.extend(_record_calls(message, (pending, turn), results, calls, read_only_tools))
         if is_real_user_message(message):
             turn += 1
-            constraints.extend(
-                {"text": sentence, "count": 1, "last_turn": turn}
-                for sentence in split_sentences(texts[0])
-                if is_constraint(sentence)
-            )
+            for sentence in split_sentences(texts[0]):
+                kind = sentence_kind(sentence)
+                if kind is not None:
+                    kept = constraints if kind == "constraint" else decisions
+                    kept.append({"text": sentence, "count": 1, "last_turn": turn})
         for text in texts:
             identifiers.extend(extract_identifiers(text))
     artifacts = messages_artifacts(messages)
@@ -191,6 +197,7 @@ def derive_ledger(
         "user_turns": turn,
     }
     set_artifacts(derived, artifacts, 0)
+    set_decisions(derived, merge_constraints(decisions), 0)
     return derived
 
 
@@ -273,14 +280,22 @@ def _add_counts(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str
     return total
 
 
+def _shifted(entries: Sequence[ConstraintEntry], shift: int) -> list[ConstraintEntry]:
+    """``entries`` with their turns moved by ``shift`` (turn 0, not known, stays 0)."""
+    return [
+        {**entry, "last_turn": entry["last_turn"] + shift if entry["last_turn"] else 0}
+        for entry in entries
+    ]
+
+
 def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger:
     """``previous`` updated with ``new``: calls by id, counts added, lists unioned in order.
 
     ``new`` numbers its turns from 1, as ``derive_ledger`` does; its constraints' and calls'
     turns are moved past the ``user_turns`` of ``previous`` (a call made before the new
     slice's first user message belongs to the previous record's last turn). Constraints
-    said in both are merged into one entry, artifacts by ref. Either ledger may be in an
-    older stored shape (see ``read_ledger``).
+    said in both are merged into one entry, decisions too, artifacts by ref. Either ledger
+    may be in an older stored shape (see ``read_ledger``).
     """
     old, fresh = read_ledger(previous), read_ledger(new)
     shift = old["user_turns"]
@@ -289,10 +304,8 @@ def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger
         _upsert(calls, entry)
     for entry in fresh["tool_calls"]:
         _upsert(calls, _at_turn(copy_entry(entry), entry.get("turn", 0) + shift))
-    moved: list[ConstraintEntry] = [
-        {**entry, "last_turn": entry["last_turn"] + shift if entry["last_turn"] else 0}
-        for entry in fresh["constraints"]
-    ]
+    moved = _shifted(fresh["constraints"], shift)
+    moved_decisions = _shifted(ledger_decisions(fresh), shift)
     folded_calls = {
         name: _add_counts(old["folded_calls"].get(name, {}), fresh["folded_calls"].get(name, {}))
         for name in [*old["folded_calls"], *fresh["folded_calls"]]
@@ -309,4 +322,7 @@ def merge_ledgers(previous: Mapping[str, Any], new: Mapping[str, Any]) -> Ledger
     artifacts = ledger_artifacts({"artifacts": [*listed_artifacts(old), *listed_artifacts(fresh)]})
     folded = old.get("folded_artifacts", 0) + fresh.get("folded_artifacts", 0)
     set_artifacts(merged, artifacts, folded)
+    decisions = merge_constraints([*ledger_decisions(old), *moved_decisions])
+    folded = old.get("folded_decisions", 0) + fresh.get("folded_decisions", 0)
+    set_decisions(merged, decisions, folded)
     return merged

@@ -45,6 +45,10 @@ class ConstraintEntry(TypedDict):
     last_turn: int
 
 
+DecisionEntry = ConstraintEntry
+"""A user decision is kept as a constraint is: its latest wording, how often, when last."""
+
+
 class Ledger(TypedDict):
     """Facts that must survive compaction, merged across compactions.
 
@@ -55,7 +59,9 @@ class Ledger(TypedDict):
     of real user messages folded so far, which numbers the turns. ``artifacts`` lists the
     offloaded content the folded messages refer to, oldest first, and ``folded_artifacts``
     counts those dropped from the list; both are left out while there are none, so a
-    ledger without artifacts keeps its earlier shape.
+    ledger without artifacts keeps its earlier shape. ``decisions`` are the user's
+    decisions about named items (see ``ledger_sentences``), kept like ``constraints``, and
+    ``folded_decisions`` counts those dropped; they too are left out while there are none.
     """
 
     tool_calls: list[ToolCallEntry]
@@ -67,6 +73,8 @@ class Ledger(TypedDict):
     user_turns: int
     artifacts: NotRequired[list[ArtifactMention]]
     folded_artifacts: NotRequired[int]
+    decisions: NotRequired[list[DecisionEntry]]
+    folded_decisions: NotRequired[int]
 
 
 def empty_ledger() -> Ledger:
@@ -124,6 +132,22 @@ def listed_artifacts(ledger: Ledger) -> list[ArtifactMention]:
     return ledger.get("artifacts") or []
 
 
+def ledger_decisions(ledger: Mapping[str, Any]) -> list[DecisionEntry]:
+    """The decisions a ledger lists (empty when it has none)."""
+    entries = (_constraint(value) for value in ledger.get("decisions") or ())
+    return [entry for entry in entries if entry is not None]
+
+
+def set_decisions(ledger: Ledger, entries: list[DecisionEntry], folded: int) -> None:
+    """Set the decision keys, or leave them out when there is nothing to record."""
+    ledger.pop("decisions", None)
+    ledger.pop("folded_decisions", None)
+    if entries:
+        ledger["decisions"] = entries
+    if folded:
+        ledger["folded_decisions"] = folded
+
+
 def _constraint(value: object) -> ConstraintEntry | None:
     """A stored constraint in either shape: a plain string (older records) or an entry."""
     if isinstance(value, str):
@@ -155,6 +179,8 @@ def read_ledger(raw: Mapping[str, Any] | None) -> Ledger:
     ledger["identifiers"] = list(raw.get("identifiers") or [])
     ledger["user_turns"] = _int(raw.get("user_turns"))
     set_artifacts(ledger, ledger_artifacts(raw), _int(raw.get("folded_artifacts")))
+    decisions = merge_constraints(ledger_decisions(raw))
+    set_decisions(ledger, decisions, _int(raw.get("folded_decisions")))
     return ledger
 
 

@@ -11,9 +11,11 @@ from ctxgraph.nodes.compaction.ledger_record import (
     Ledger,
     ToolCallEntry,
     fold_call,
+    ledger_decisions,
     listed_artifacts,
     read_ledger,
     set_artifacts,
+    set_decisions,
 )
 from ctxgraph.nodes.offload.refs import ArtifactMention
 from ctxgraph.state.tokens import count_text
@@ -109,15 +111,21 @@ def render_ledger(ledger: Mapping[str, Any], *, unlisted: Mapping[str, int] | No
     """The ledger as a compact text block for the model; empty for an empty ledger.
 
     Read-only successes take one line per tool (``render_group``); every other call, each
-    constraint and each artifact a line of its own; ``IDENTIFIERS`` lists those no line
-    shows verbatim. ``unlisted`` counts, per tool, successful calls left out of this
-    rendering. Any stored shape of the ledger is accepted (see ``read_ledger``).
+    constraint, each decision (``USER DECISIONS``) and each artifact a line of its own;
+    ``IDENTIFIERS`` lists those no line shows verbatim. ``unlisted`` counts, per tool,
+    successful calls left out of this rendering. Any stored shape of the ledger is
+    accepted (see ``read_ledger``).
     """
     return _render(read_ledger(ledger), unlisted)
 
 
 def _render(view: Ledger, unlisted: Mapping[str, int] | None = None) -> str:
-    lines = [*_call_lines(view, unlisted), *_constraint_lines(view), *_artifact_lines(view)]
+    lines = [
+        *_call_lines(view, unlisted),
+        *_constraint_lines(view),
+        *_decision_lines(view),
+        *_artifact_lines(view),
+    ]
     shown = "\n".join(lines)
     identifiers = [item for item in view["identifiers"] if not shown_verbatim(item, shown)]
     if identifiers:
@@ -187,6 +195,18 @@ def _constraint_lines(view: Ledger) -> list[str]:
     return lines
 
 
+def _decision_lines(view: Ledger) -> list[str]:
+    """The USER DECISIONS block: listed decisions, then how many are archived."""
+    decisions, folded = ledger_decisions(view), view.get("folded_decisions", 0)
+    if not (decisions or folded):
+        return []
+    lines = ["USER DECISIONS (verbatim, about the items they name):"]
+    lines.extend(render_constraint(entry) for entry in decisions)
+    if folded:
+        lines.append(f"{_older(folded, 'decision')} in the archive (read_history)")
+    return lines
+
+
 def _artifact_lines(view: Ledger) -> list[str]:
     """The OFFLOADED CONTENT block: listed artifacts, newest first, then how many are not."""
     artifacts, folded = listed_artifacts(view), view.get("folded_artifacts", 0)
@@ -210,7 +230,7 @@ def _older(count: int, noun: str) -> str:
     return f"{count} older {noun}" + (" is" if count == 1 else "s are")
 
 
-_Shown = tuple[Literal["constraint", "call", "group", "artifact", "identifier"], int]
+_Shown = tuple[Literal["constraint", "decision", "call", "group", "artifact", "identifier"], int]
 """An item a budgeted rendering lists: its kind and its index in the ledger."""
 
 
@@ -222,10 +242,11 @@ def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
     """Render the ledger within ``max_tokens``, dropping the least critical lines first.
 
     Lines are chosen newest first, in this order of priority: constraints (the one said
-    last always), non-success calls (side effects first), artifact refs, side-effect
-    successes, the one line of each tool's read-only successes (the tool used last
-    first), then identifiers. What is left out is counted: constraints, non-success
-    calls and artifacts as being in the archive, successes per tool. Only a single
+    last always), decisions, non-success calls (side effects first), artifact refs,
+    side-effect successes, the one line of each tool's read-only successes (the tool
+    used last first), then identifiers. What is left out is counted: constraints,
+    decisions, non-success calls and artifacts as being in the archive, successes per
+    tool. Only a single
     constraint longer than the whole budget can exceed it. The full ledger stays in the
     state.
     """
@@ -246,6 +267,11 @@ def _candidates(full: Ledger) -> list[tuple[_Shown, str]]:
         (("constraint", index), render_constraint(full["constraints"][index]))
         for index in reversed(range(len(full["constraints"])))
     ]
+    decisions = ledger_decisions(full)
+    candidates.extend(
+        (("decision", index), render_constraint(decisions[index]))
+        for index in reversed(range(len(decisions)))
+    )
     newest = list(reversed(range(len(calls))))
     artifacts = listed_artifacts(full)
     for succeeded in (False, True):
@@ -298,6 +324,7 @@ def _fitting(
         "identifiers": [],
     }
     set_artifacts(bare, [], full.get("folded_artifacts", 0) + len(listed_artifacts(full)))
+    set_decisions(bare, [], full.get("folded_decisions", 0) + len(ledger_decisions(full)))
     used = count_text(_render(bare, full["aggregated"])) + COUNT_LINES_ROOM
     shown: list[_Shown] = []
     stopped: set[tuple[str, bool]] = set()
@@ -343,4 +370,8 @@ def _render_view(full: Ledger, shown: Sequence[_Shown]) -> str:
     shown_artifacts = [e for i, e in enumerate(artifacts) if ("artifact", i) in picked]
     folded = full.get("folded_artifacts", 0) + len(artifacts) - len(shown_artifacts)
     set_artifacts(view, shown_artifacts, folded)
+    decisions = ledger_decisions(full)
+    shown_decisions = [e for i, e in enumerate(decisions) if ("decision", i) in picked]
+    folded = full.get("folded_decisions", 0) + len(decisions) - len(shown_decisions)
+    set_decisions(view, shown_decisions, folded)
     return _render(view, unlisted)
