@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from ctxgraph.graph import build_graph
+from ctxgraph.graph import build_graph, wait_for_memory
 from ctxgraph.graph.cli.main import main
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -104,6 +104,7 @@ def run_session(persistence: Persistence, thread_id: str) -> tuple[Any, Scripted
             {"configurable": {"thread_id": thread_id}},
             context=Context(user_id=USER),
         )
+    assert wait_for_memory(30) == 0  # extracted in the background (the default)
     return graph, main_model
 
 

@@ -15,7 +15,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres import PostgresStore
 
-from ctxgraph.graph import build_graph
+from ctxgraph.graph import build_graph, wait_for_memory
 from ctxgraph.graph.cli.main import main
 from ctxgraph.graph.cli.memory import list_memory, search_memory
 from ctxgraph.graph.demo import demo_memory, demo_models, demo_reply, demo_tools
@@ -201,6 +201,7 @@ def test_the_view_marks_facts_written_around_the_gate() -> None:
     ctx = Context(user_id=user())
     message = HumanMessage("I prefer tea over coffee.", id=f"h-{ctx.user_id}")
     graph.invoke({"messages": [message]}, config(f"{ctx.user_id}-1"), context=ctx)
+    assert wait_for_memory(30) == 0  # extracted in the background (the default)
     extracted = MemoryRepository(store).list_facts(ctx)
     assert [f.provenance for f in extracted] == ["extraction"]
 

@@ -12,7 +12,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph.graph import build_graph
+from ctxgraph.graph import build_graph, wait_for_memory
 from ctxgraph.graph.demo import demo_models, demo_reply, demo_tools
 from ctxgraph.nodes.subagents.result import Outcome, Refs, result_message, transcript_text
 from ctxgraph.state import Context, MalformedMessagesError, Models, Settings
@@ -195,6 +195,7 @@ def test_tool_results_and_answers_are_stored_with_replacement_characters(
     assert text == safe_text(BIG_NOTES) and text.startswith("notes\ufffd start \ufffd\n")
 
     # Memory extraction ran every turn and stored the fact said beside an unsafe answer.
+    assert wait_for_memory(30) == 0  # extracted in the background (the default)
     facts = [f.content for f in MemoryRepository(persistence.store).list_facts(ctx)]
     assert "I prefer tea with milk." in facts
 
