@@ -281,10 +281,10 @@ def test_english_constraints_verbatim_from_real_user_messages_only() -> None:
         HumanMessage("Do not email the customer before Friday."),
     ]
     ledger = derive_ledger(messages)
-    # Ordered by the turn each was last said: the repeated one moves to the end.
+    # Ordered by the turn each was last said: the repeated one moves to the end. A
+    # sentence that ends with a question mark is a question, not a constraint.
     assert texts(ledger) == [
         "You must use the staging database!",
-        "Never touch /srv/prod/db.sqlite?",
         "Refund at most $30.00 and keep the reply under 100 words.",
         "Make sure the invoice is attached; I like short answers.",
         "Don't retry without asking.",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
@@ -113,6 +113,39 @@ def test_questions_and_retractions_are_not_recorded_and_decisions_are_verbatim()
     ]
     # B456 is shown by the decision's line, so IDENTIFIERS does not list it again.
     assert not any(line.startswith("IDENTIFIERS") and "B456" in line for line in lines)
+
+
+def test_a_decision_a_side_effect_call_carried_out_is_left_to_the_call_line() -> None:
+    def refund(order: str, call_id: str, turn_text: str) -> list[BaseMessage]:
+        return [
+            HumanMessage(turn_text),
+            AIMessage(
+                "",
+                tool_calls=[{"name": "refund_order", "args": {"order_id": order}, "id": call_id}],
+            ),
+            ToolMessage("refunded", tool_call_id=call_id),
+            AIMessage("Done."),
+        ]
+
+    ledger = derive_ledger(
+        [
+            *refund("A-1030", "r1", "Refund A-1030 and tell the customer."),
+            # A call on another order does not carry out this decision.
+            *refund("A-1031", "r2", "Refund A-1032 as well."),
+        ]
+    )
+    assert [d["text"] for d in ledger.get("decisions") or []] == ["Refund A-1032 as well."]
+    # A read-only call carries out nothing.
+    looked_up = derive_ledger(
+        [
+            HumanMessage("Cancel order C789."),
+            AIMessage(
+                "", tool_calls=[{"name": "lookup_order", "args": {"order_id": "C789"}, "id": "l1"}]
+            ),
+            ToolMessage("pending", tool_call_id="l1"),
+        ]
+    )
+    assert [d["text"] for d in looked_up.get("decisions") or []] == ["Cancel order C789."]
 
 
 def test_a_ledger_without_decisions_keeps_its_shape() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -163,7 +163,10 @@ def derive_ledger(
     user messages are turns 1, 2, ...; ``merge_ledgers`` moves them past the earlier
     record's). Decisions (an action on a named item, "Ship B456 to my office") are kept
     the same way in their own list; questions and retractions are neither (see
-    ``ledger_sentences``). Identifiers come from message text, tool arguments and the results of
+    ``ledger_sentences``); a decision that a side-effect call of the same turn carried out
+    (every identifier it names is among that call's arguments: "Refund A-1030" and a
+    ``refund_order(order_id=A-1030)`` call) is recorded by the call's line alone.
+    Identifiers come from message text, tool arguments and the results of
     side-effect calls; a read-only result can be read again (and is archived), so its
     contents are not copied into the ledger.
     Artifacts are the offloaded contents the messages refer to (``message_artifacts``).
@@ -197,8 +200,22 @@ def derive_ledger(
         "user_turns": turn,
     }
     set_artifacts(derived, artifacts, 0)
-    set_decisions(derived, merge_constraints(decisions), 0)
+    still_open = [entry for entry in decisions if not _carried_out(entry, calls.values())]
+    set_decisions(derived, merge_constraints(still_open), 0)
     return derived
+
+
+def _carried_out(decision: DecisionEntry, calls: Iterable[ToolCallEntry]) -> bool:
+    """Whether a side-effect call made in the decision's turn names all it names."""
+    named = set(extract_identifiers(decision["text"]))
+    if not named:
+        return False
+    for entry in calls:
+        if entry["side_effect"] and entry.get("turn") == decision["last_turn"]:
+            shown = {i for value in entry["args"].values() for i in extract_identifiers(value)}
+            if named <= shown:
+                return True
+    return False
 
 
 def _record_calls(

@@ -242,7 +242,7 @@ def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
     """Render the ledger within ``max_tokens``, dropping the least critical lines first.
 
     Lines are chosen newest first, in this order of priority: constraints (the one said
-    last always), decisions, non-success calls (side effects first), artifact refs,
+    last always), non-success calls (side effects first), decisions, artifact refs,
     side-effect successes, the one line of each tool's read-only successes (the tool
     used last first), then identifiers. What is left out is counted: constraints,
     decisions, non-success calls and artifacts as being in the archive, successes per
@@ -268,14 +268,14 @@ def _candidates(full: Ledger) -> list[tuple[_Shown, str]]:
         for index in reversed(range(len(full["constraints"])))
     ]
     decisions = ledger_decisions(full)
-    candidates.extend(
-        (("decision", index), render_constraint(decisions[index]))
-        for index in reversed(range(len(decisions)))
-    )
     newest = list(reversed(range(len(calls))))
     artifacts = listed_artifacts(full)
     for succeeded in (False, True):
         if succeeded:
+            candidates.extend(
+                (("decision", index), render_constraint(decisions[index]))
+                for index in reversed(range(len(decisions)))
+            )
             candidates.extend(
                 (("artifact", index), _render_artifact(artifacts[index]))
                 for index in reversed(range(len(artifacts)))

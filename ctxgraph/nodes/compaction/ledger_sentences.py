@@ -22,6 +22,7 @@ holds as it did.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Literal
 
 from ctxgraph.nodes.compaction.identifiers import extract_identifiers, is_constraint
@@ -145,11 +146,13 @@ def is_decision(sentence: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=4_096)
 def sentence_kind(sentence: str) -> SentenceKind | None:
     """What the ledger keeps ``sentence`` as: a constraint, a decision, or nothing.
 
     Questions and retractions are neither, even with a marker ("What should you never
     do?", "Never mind F678."); a sentence with a constraint marker is a constraint.
+    Memoized: every estimate and compaction derives the folded turns' ledger again.
     """
     if is_question(sentence) or is_retraction(sentence):
         return None
