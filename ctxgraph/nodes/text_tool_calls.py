@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from ctxgraph.state.answer_json import JsonSpan, residue, top_level_objects
 from ctxgraph.state.events import emit_event
+from ctxgraph.state.messages import RECOVERED_CALL_ID_PREFIX as CALL_ID_PREFIX
 
 TextToolCallMode = Literal["recover", "warn", "off"]
 """``Settings.text_tool_calls``: make the calls real, only warn, or leave the text alone."""
@@ -37,9 +38,6 @@ EVENT = "model.text_tool_calls"
 
 MARK_KEY = "ctxgraph_text_tool_calls"
 """``additional_kwargs`` key of a recovered answer: how many calls, their form, the text."""
-
-CALL_ID_PREFIX = "call_text_"
-"""Start of the id of every recovered call (the ledger marks such calls as recovered)."""
 
 NAME_KEYS = ("name", "function", "tool", "tool_name")
 """Keys under which a call written as text names its tool, the first present wins."""
@@ -97,11 +95,6 @@ class TextToolCalls:
     form: str = ""
     """How the calls were written: ``tagged``, ``fenced``, ``doubled_brace``, ``list``,
     ``bare``, joined by ``+`` when several apply; empty when the text held no call."""
-
-
-def is_recovered_call_id(call_id: str | None) -> bool:
-    """Whether ``call_id`` is the id of a call recovered from an answer's text."""
-    return bool(call_id) and str(call_id).startswith(CALL_ID_PREFIX)
 
 
 def read_text_tool_calls(

@@ -13,6 +13,16 @@ class MalformedMessagesError(ValueError):
     """Input messages cannot form a valid chat history; the message names the problem."""
 
 
+RECOVERED_CALL_ID_PREFIX = "call_text_"
+"""Start of the id of every tool call recovered from an answer's text
+(``nodes.text_tool_calls``); the ledger marks such calls as recovered."""
+
+
+def is_recovered_call_id(call_id: str | None) -> bool:
+    """Whether ``call_id`` is the id of a call recovered from an answer's text."""
+    return bool(call_id) and str(call_id).startswith(RECOVERED_CALL_ID_PREFIX)
+
+
 def coerce_messages(value: object) -> list[BaseMessage]:
     """Turn a caller's ``messages`` value into messages, or say exactly why it cannot be."""
     if isinstance(value, (BaseMessage, str, dict)):

@@ -35,8 +35,7 @@ from ctxgraph.nodes.compaction.ledger_record import (
 from ctxgraph.nodes.compaction.ledger_sentences import sentence_kind
 from ctxgraph.nodes.offload.inputs import shown_words
 from ctxgraph.nodes.offload.refs import messages_artifacts
-from ctxgraph.nodes.text_tool_calls import is_recovered_call_id
-from ctxgraph.state.messages import content_text, is_real_user_message
+from ctxgraph.state.messages import content_text, is_real_user_message, is_recovered_call_id
 
 FINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 """States a later ``planned``/``unknown`` record of the same call never overrides."""
