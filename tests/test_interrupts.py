@@ -276,7 +276,7 @@ def test_run_stops_within_a_second_while_the_model_is_silent(
 def test_chat_interrupted_while_the_model_is_silent_waits_before_the_next_turn(
     python: str, subprocess_env: dict[str, str], thread_id: str
 ) -> None:
-    with SlowServer(SlowReply(("late", "answer"), pause=3.0), FAST) as silent:
+    with SlowServer(SlowReply(("late", "answer"), pause=4.0), FAST) as silent:
         env = dict(subprocess_env)
         env.update(
             {
@@ -293,6 +293,9 @@ def test_chat_interrupted_while_the_model_is_silent_waits_before_the_next_turn(
         deadline = time.monotonic() + 60
         while not silent.requests and time.monotonic() < deadline:
             time.sleep(0.02)
+        # The server sends the empty role chunk at once, then is silent: give the client
+        # time to read it, or the abandoned run stops at that chunk and nothing is waited for.
+        time.sleep(0.5)
         mark = len(chat.output)
         sent = time.monotonic()
         chat.process.send_signal(signal.SIGINT)

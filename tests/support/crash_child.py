@@ -32,8 +32,10 @@ from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.state import Context, Settings
 
 CRASH_STATUS = 17
-SETTINGS = Settings(trigger_messages=8, keep_messages=2)
-"""Small enough that the setup turns compact once and the crashing turn compacts again."""
+SETTINGS = Settings(trigger_messages=8, keep_messages=2, memory_extraction="inline")
+"""Small enough that the setup turns compact once and the crashing turn compacts again;
+extraction inline, so every run makes its writes in the same order (a background
+extraction would write when its thread gets to it)."""
 CONTEXT = Context(user_id="crash-user")
 LEFTOVER_CRASH = "compaction"
 """Dies before the first write that carries the ``compaction`` channel: the compact node's."""
