@@ -110,6 +110,8 @@ def test_provider_reported_usage_lands_in_state_and_on_the_event() -> None:
             "profile_sections": 0,
             "rejected": 0,
             "unreadable": None,
+            "model_calls": 1,
+            "local_calls": 0,
             "input_tokens": 812,
             "output_tokens": 57,
             "cached_tokens": 300,
@@ -182,7 +184,10 @@ def test_an_adversarial_memory_model_leaves_the_state_consistent(reply: Any) -> 
     assert isinstance(state["messages"][-1], AIMessage)
     assert "p1" in ProcessedMessages(store, "t-bad").get()
     assert state["model_usage"]["memory"]["input_tokens"] > 0
+    # Every memory model call made (the ask for lines included) is counted, once.
+    assert state["model_usage"]["memory"]["calls"] == len(memory.requests)
     [event] = events
+    assert event["model_calls"] == len(memory.requests)
     assert event["event"] == "memory.extracted" and event["facts"] == 0
     assert event["unreadable"] is not None or event["rejected"] >= 1
     # The next turn does not send the statement again.

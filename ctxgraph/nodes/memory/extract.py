@@ -198,6 +198,12 @@ class ExtractionResult:
     """Each memory model call's usage: the ``MemoryUpdate`` call, and the ask for plain
     lines when it ran."""
 
+    def model_calls(self) -> list[CallUsage]:
+        """Each call's usage (``calls``; ``usage`` alone when only the sum is known)."""
+        if self.calls:
+            return list(self.calls)
+        return [self.usage] if self.usage is not None else []
+
 
 def known_facts(facts: Sequence[Fact]) -> list[dict[str, str]]:
     """Facts as the extraction prompt shows them, in the order given."""

@@ -39,7 +39,7 @@ from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.usage import event_fields, usage_update
+from ctxgraph.state.usage import calls_event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
@@ -64,14 +64,15 @@ def extraction_event(
         "rejected": len(result.rejected),
         "unreadable": result.skipped,
     }
-    if result.usage is not None:
-        fields.update(event_fields(result.usage))
+    if calls := result.model_calls():
+        fields.update(calls_event_fields(calls))
     return events.emit("extracted", job.thread_id, **fields)
 
 
 def usage_of(result: ExtractionResult) -> dict[str, Any]:
     """The ``model_usage`` update of an extraction (empty when it reported no usage)."""
-    return {USAGE_KEY: usage_update(result.usage)} if result.usage is not None else {}
+    calls = result.model_calls()
+    return {USAGE_KEY: usage_update(*calls)} if calls else {}
 
 
 @dataclass(frozen=True)

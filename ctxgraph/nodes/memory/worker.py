@@ -22,7 +22,7 @@ from ctxgraph.nodes.memory.extract import ExtractionResult, MemoryExtractor
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.usage import UsageTotals, add_usage, event_fields, usage_update
+from ctxgraph.state.usage import UsageTotals, add_usage, calls_event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress
 from ctxgraph.store.memory.queue import MemoryQueue, PendingExtraction
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
@@ -204,8 +204,8 @@ def _log_extraction(item: PendingExtraction, result: ExtractionResult, origin: O
         "rejected": len(result.rejected),
         "unreadable": result.skipped,
     }
-    if result.usage is not None:
-        fields.update(event_fields(result.usage))
+    if calls := result.model_calls():
+        fields.update(calls_event_fields(calls))
     events.emit("extracted", item.thread_id, **fields)
 
 
@@ -213,8 +213,7 @@ def processed_usage(processed: Processed) -> UsageTotals:
     """The memory model's usage over ``processed``, as ``model_usage`` totals."""
     totals: UsageTotals = {}
     for _, result in processed:
-        if result.usage is not None:
-            totals = add_usage(totals, usage_update(result.usage))
+        totals = add_usage(totals, usage_update(*result.model_calls()))
     return totals
 
 
