@@ -141,3 +141,36 @@ async def test_a_queue_that_refuses_the_job_leaves_it_to_a_thread(
     assert "cannot queue the job (ConnectionError" in caplog.text
     assert wait_for_jobs(10) == 0
     assert len(calls) == 1
+
+
+ECHO = (
+    "SESSION INTENT:\nThe user wants the assistant to continue the work without the folded "
+    "messages.\n\nSUMMARY:\nNotes were taken.\n\nARTIFACTS:\nNone.\n\nNEXT STEPS:\nNone."
+)
+
+
+async def test_a_worker_job_whose_summaries_are_refused_names_its_thread_and_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = InMemoryStore()
+    echo = Models(
+        main=ScriptedChatModel(responder=lambda _: AIMessage(ECHO)),
+        summary=ScriptedChatModel(responder=lambda _: AIMessage(ECHO)),
+    )
+    queue = WorkerQueue(build_compaction_worker(echo, store=store))
+    graph = build_graph(
+        checkpointer=InMemorySaver(),
+        store=store,
+        models=models([]),
+        settings=SETTINGS,
+        compaction_queue=queue,
+    )
+    thread = f"w-{uuid.uuid4().hex[:8]}"
+    with caplog.at_level("INFO", logger="ctxgraph"):
+        await turns_until(graph, {"configurable": {"thread_id": thread}}, "compaction.applied")
+    lines = [record.getMessage() for record in caplog.records]
+    rejected = [line for line in lines if "compaction.rejected" in line]
+    assert rejected and all(f"thread={thread}" in line for line in rejected), rejected
+    [degraded] = [line for line in lines if "compaction.degraded" in line]
+    assert "reasons=['echo']" in degraded, degraded
+    assert queue.outcomes[0] == "stored"

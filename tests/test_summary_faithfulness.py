@@ -454,6 +454,7 @@ def test_an_echoing_summarizer_ends_in_the_degraded_record_with_events_saying_wh
     ]
     [summarized] = [e for e in events if e["event"] == "compaction.summarized"]
     assert summarized["outcome"] == "degraded"
+    assert summarized["reasons"] == ["echo"]
 
 
 def test_a_summarizer_that_fixes_its_answer_on_repair_is_committed() -> None:

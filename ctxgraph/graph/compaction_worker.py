@@ -92,7 +92,7 @@ def build_compaction_worker(
             thread_id=thread_id,
             base_version=base,
             folded=folded,
-            job=SummaryJob(previous, folded, str(state.get("request") or "")),
+            job=SummaryJob(previous, folded, str(state.get("request") or ""), thread_id),
             settings=settings,
             check=summary_check(previous, folded, settings),
             tokens_before=int(state.get("tokens_before", 0)),

@@ -136,6 +136,7 @@ class BackgroundJobs:
                 snapshot.thread_id,
                 base_version=snapshot.base_version,
                 reason=str(error),
+                reasons=list(error.reasons),
                 **_usage_fields(usage),
             )
             return sections

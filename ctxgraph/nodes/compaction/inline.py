@@ -146,6 +146,8 @@ class _Attempt:
         self.usage: list[CallUsage] = []
         """One entry per answered summary call of this attempt."""
         self._reported = False
+        self._reasons: tuple[str, ...] = ()
+        """Why the summaries that came back were refused (a degraded or failed record)."""
         if not plan.old:
             self._update = give_up(plan, "nothing old enough to fold", 1)
         elif plan.unfit is not None:
@@ -168,6 +170,7 @@ class _Attempt:
     def unsummarized(self, error: SummaryError) -> None:
         """No model wrote a usable summary: commit the model-free record, or give up."""
         plan = self._plan
+        self._reasons = error.reasons
         if plan.settings.summary_fallback == "off":
             self._report("failed")
             self._update = self._give_up(plan, f"no usable summary ({error})", 1)
@@ -204,6 +207,7 @@ class _Attempt:
             base_version=int(self._plan.mark.get("version", 0) or 0),
             outcome=outcome,
             folded=len(self._plan.old),
+            **({"reasons": list(self._reasons)} if self._reasons else {}),
             **calls_event_fields(self.usage),
         )
 

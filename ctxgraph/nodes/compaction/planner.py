@@ -312,7 +312,9 @@ class CompactionPlanner:
                     continue
                 ledger = smaller
             summary: SummaryRecord = {**plan.summary(sections), "ledger": ledger}
-            if step and summary_problems(summary, plan.settings):
+            if step and summary_problems(
+                summary, plan.settings, previous=plan.previous, folded=plan.old
+            ):
                 continue
             finished = self._finished(plan, summary)
             problems = size_problems(plan.before, finished.after, plan.settings, plan.window)
