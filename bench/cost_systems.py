@@ -138,8 +138,9 @@ def build_ctxgraph(
         "trigger_messages": triggers.messages,
         "keep_messages": triggers.keep,
     }
-    if not extraction:
-        values["memory_extraction"] = "off"
+    # Inline, so each turn's extraction is billed in the turn that caused it (the
+    # background default would run it after the turn, possibly after the session ended).
+    values["memory_extraction"] = "inline" if extraction else "off"
     settings = Settings(**values)
     store = InMemoryStore()
     context = Context(user_id=USER_ID)

@@ -29,9 +29,10 @@ from ctxgraph.graph.demo import demo_memory, demo_reply, demo_tools
 from ctxgraph.nodes.memory.runner import pending_memory
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
+from ctxgraph.store.memory.progress import UNCLAIMED_USAGE
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository
-from ctxgraph.store.namespaces import memory_queue
+from ctxgraph.store.namespaces import memory_queue, thread_memory
 from ctxgraph.store.persistence.connection import Persistence
 from tests.support.cli import REPO_ROOT, run_ctxgraph
 
@@ -166,6 +167,55 @@ def test_the_async_path_does_not_wait_either(
     assert store.get(memory_queue(), "t-async") is None
     assert memory.model.calls == 2
     assert ["at=background" in line for line in extracted_lines(caplog)] == [True, True]
+
+
+def usage_items(store: Any, thread: str) -> list[Any]:
+    """What background extractions left for the thread to count (``UnclaimedUsage``)."""
+    return store.search(thread_memory(thread), filter={"kind": UNCLAIMED_USAGE})
+
+
+def test_the_next_turn_counts_what_the_background_extraction_cost(
+    memory: BlockedMemory,
+) -> None:
+    store = InMemoryStore()
+    graph = graph_on(store, memory)
+    context = Context(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    memory.release.set()
+
+    def usage() -> dict[str, Any]:
+        return graph.get_state(config("t-cost")).values.get("model_usage") or {}
+
+    graph.invoke(turn(FIRST), config("t-cost"), context=context)
+    assert wait_for_memory(HOLD) == 0
+    assert "memory" not in usage()  # it ran after the turn
+    [left] = usage_items(store, "t-cost")
+    assert [call["role"] for call in left.value["calls"]] == ["memory"]
+
+    graph.invoke(turn("What is 2 + 2?"), config("t-cost"), context=context)
+    counted = usage()["memory"]
+    assert counted["calls"] == 1 == memory.model.calls
+    assert counted["input_tokens"] == left.value["calls"][0]["input_tokens"] > 0
+    assert usage_items(store, "t-cost") == []
+    # Counted once: a later turn adds nothing for it.
+    graph.invoke(turn("And 3 + 3?"), config("t-cost"), context=context)
+    assert usage()["memory"] == counted
+
+
+def test_the_async_path_counts_it_too(memory: BlockedMemory) -> None:
+    store = InMemoryStore()
+    graph = graph_on(store, memory)
+    context = Context(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    memory.release.set()
+
+    async def conversation() -> dict[str, Any]:
+        await graph.ainvoke(turn(FIRST), config("t-acost"), context=context)
+        assert await await_memory(HOLD) == 0
+        await graph.ainvoke(turn("What is 2 + 2?"), config("t-acost"), context=context)
+        return dict((await graph.aget_state(config("t-acost"))).values)
+
+    values = asyncio.run(conversation())
+    assert values["model_usage"]["memory"]["calls"] == 1
+    assert usage_items(store, "t-acost") == []
 
 
 def test_a_streamed_run_carries_no_background_event(memory: BlockedMemory) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
-from langgraph.store.base import BaseStore, GetOp, Item, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp
 
 from ctxgraph.nodes.compaction.planner import CompactionPlanner
 from ctxgraph.nodes.memory import events
@@ -39,8 +39,8 @@ from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.usage import calls_event_fields, usage_update
-from ctxgraph.store.memory.progress import ProcessedMessages, Progress
+from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
+from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
 
@@ -231,6 +231,8 @@ class MemoryNodes:
             extraction_event(job, rows, result)
             usage = usage_of(result)
         job.store.batch(plan.writes(rows))
+        if plan.claimed:  # background extractions of earlier turns, counted now
+            usage = {USAGE_KEY: usage_update(*plan.claimed)}
         if plan.handed_on:
             self._runner.submit(self._background(job))
         return {**plan.update(), **usage}
@@ -256,6 +258,8 @@ class MemoryNodes:
             extraction_event(job, rows, result)
             usage = usage_of(result)
         await job.store.abatch(plan.writes(rows))
+        if plan.claimed:  # background extractions of earlier turns, counted now
+            usage = {USAGE_KEY: usage_update(*plan.claimed)}
         if plan.handed_on:
             self._runner.asubmit(self._background(job))
         return {**plan.update(), **usage}
@@ -284,8 +288,10 @@ class _Plan:
     the memory model. It starts from what this run already read (the ``memory_turn``
     channel) and reads the rest in batches (see :meth:`reads`): the processed ids unless
     handed on, the profile when the memory model is called and no earlier node read it,
-    and the waiting queue item when rows are queued (deferred or background). It writes
-    in one batch: the queue item and the processed ids.
+    and the waiting queue item when rows are queued (deferred or background); at the end of
+    a background turn, also what earlier background extractions left to count
+    (``UnclaimedUsage``). It writes in one batch: the queue item, the processed ids and the
+    deletes of the usage it claimed.
     """
 
     def __init__(self, job: MemoryJob) -> None:
@@ -310,8 +316,15 @@ class _Plan:
         self.waiting: Item | None = None
         self._queue_read = False
         self._reads: list[str] = []
+        self.unclaimed = UnclaimedUsage(job.store, job.thread_id)
+        # The end of a background turn reads (None) what earlier extractions left to count.
+        claims = self.background and job.among is None
+        self._usage_keys: list[str] | None = None if claims else []
+        self._usage_calls: list[CallUsage] = []
+        self.claimed: list[CallUsage] = []
+        """Calls of earlier background extractions that :meth:`writes` claimed."""
 
-    def reads(self) -> list[GetOp]:
+    def reads(self) -> list[GetOp | SearchOp]:
         """The Store reads still needed, for one batch; empty once everything is read.
 
         While the processed ids are unknown so are the new rows. Then the end of the turn,
@@ -321,7 +334,10 @@ class _Plan:
         rows need.
         """
         self._reads = []
-        ops: list[GetOp] = []
+        ops: list[GetOp | SearchOp] = []
+        if self._usage_keys is None:  # background: what earlier extractions left to count
+            ops.append(self.unclaimed.search_op())
+            self._reads.append("usage")
         rows: Sequence[Row]
         if self.progress is None:
             ops.append(self.job.processed.get_op())
@@ -340,10 +356,12 @@ class _Plan:
 
     def read(self, results: Sequence[Any]) -> None:
         """Take the results of the :meth:`reads` batch."""
-        found = {
-            name: item if isinstance(item, Item) else None
-            for name, item in zip(self._reads, results, strict=True)
-        }
+        found: dict[str, Item | None] = {}
+        for name, result in zip(self._reads, results, strict=True):
+            if name == "usage":
+                self._usage_calls, self._usage_keys = UnclaimedUsage.claimed(result)
+            else:
+                found[name] = result if isinstance(result, Item) else None
         if "processed" in found:
             self.progress = Progress.from_item(found["processed"])
         if "profile" in found:
@@ -414,6 +432,9 @@ class _Plan:
             self.handed_on = self.background
         self.progress = (self.progress or Progress()).marked(row["id"] for row in rows)
         ops.append(job.processed.put_op(self.progress))
+        if self._usage_keys:
+            ops.extend(self.unclaimed.delete_ops(self._usage_keys))
+            self.claimed, self._usage_calls, self._usage_keys = self._usage_calls, [], []
         return ops
 
     def update(self) -> dict[str, Any]:

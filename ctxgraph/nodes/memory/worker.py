@@ -23,7 +23,7 @@ from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import UsageTotals, add_usage, calls_event_fields, usage_update
-from ctxgraph.store.memory.progress import ProcessedMessages, Progress
+from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
 from ctxgraph.store.memory.queue import MemoryQueue, PendingExtraction
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
 from ctxgraph.store.namespaces import memory_queue
@@ -136,7 +136,7 @@ class _ItemRun:
         except Exception as error:  # the item stays queued for a later run
             self._failed(error, extractor)
             return None
-        self._store.batch(self.writes(self._store.batch(self.reads())))
+        self._store.batch(self.writes(self._store.batch(self.reads()), result))
         return self._done(result)
 
     async def arun(
@@ -148,7 +148,7 @@ class _ItemRun:
         except Exception as error:  # the item stays queued for a later run
             self._failed(error, extractor)
             return None
-        await self._store.abatch(self.writes(await self._store.abatch(self.reads())))
+        await self._store.abatch(self.writes(await self._store.abatch(self.reads()), result))
         return self._done(result)
 
     def _arguments(self, repository: MemoryRepository, threshold: float) -> dict[str, Any]:
@@ -179,14 +179,21 @@ class _ItemRun:
         """The thread's queue item and processed ids, as they are now."""
         return [self._queue.get_op(self.item.thread_id), self._processed.get_op()]
 
-    def writes(self, results: Sequence[Any]) -> list[PutOp]:
-        """The ids marked processed and the item out of the queue, after :meth:`reads`."""
+    def writes(self, results: Sequence[Any], result: ExtractionResult) -> list[PutOp]:
+        """The ids marked processed and the item out of the queue, after :meth:`reads`.
+
+        A background extraction also leaves its calls' usage for the thread's next run to
+        add to ``model_usage`` (``UnclaimedUsage``); the deferred worker's graph returns it
+        as its own ``model_usage`` instead.
+        """
         current, record = (value if isinstance(value, Item) else None for value in results)
         ids = [row["id"] for row in self.item.rows]
         progress = Progress.from_item(record)
         ops = self._queue.done_ops(self.item, current)
         if not progress.covers(ids):
             ops.append(self._processed.put_op(progress.marked(ids)))
+        if self.origin == "background" and (calls := result.model_calls()):
+            ops.append(UnclaimedUsage(self._store, self.item.thread_id).put_op(calls))
         return ops
 
 
@@ -194,7 +201,8 @@ def _log_extraction(item: PendingExtraction, result: ExtractionResult, origin: O
     """Emit ``memory.extracted`` for a queue item: the call's usage and what it wrote.
 
     The item runs outside the thread's runs, so the usage is logged (``at`` is
-    ``deferred`` or ``background``), not added to the thread's ``model_usage``.
+    ``deferred`` or ``background``); a background extraction's is added to the thread's
+    ``model_usage`` by its next run (``UnclaimedUsage``).
     """
     fields: dict[str, object] = {
         "at": origin,

@@ -26,12 +26,14 @@ back) reads that window again.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from langgraph.store.base import BaseStore, GetOp, Item, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp
 
+from ctxgraph.state.usage import CallUsage, stored_calls
 from ctxgraph.store.namespaces import thread_memory
 
 PROCESSED_KEY = "processed"
@@ -177,3 +179,51 @@ class ProcessedMessages:
         progress = progress.marked(wanted)
         await self.awrite(progress)
         return progress
+
+
+UNCLAIMED_USAGE = "background_usage"
+"""``kind`` of the items that hold a background extraction's usage (key ``usage-…``)."""
+
+UNCLAIMED_LIMIT = 100
+"""The most such items one read claims (a thread's next turn claims them all, usually)."""
+
+
+class UnclaimedUsage:
+    """Usage of background extractions that no run of the thread has counted yet.
+
+    A background extraction runs after its turn, outside the thread's runs, so it cannot
+    add its calls to the thread's ``model_usage``. It leaves them here instead, one item
+    per extraction next to the thread's processed ids, and the thread's next memory node
+    reads them in the batch it reads anyway, adds them to ``model_usage`` and deletes them
+    in the batch it writes anyway. An item is written once and deleted once, so no count
+    is lost or added twice when an extraction ends while a turn runs.
+    """
+
+    def __init__(self, store: BaseStore, thread_id: str) -> None:
+        self._store = store
+        self._namespace = thread_memory(thread_id)
+
+    def put_op(self, calls: Sequence[CallUsage]) -> PutOp:
+        """The write that leaves one extraction's ``calls`` for the thread to count."""
+        key = f"usage-{uuid.uuid4().hex}"
+        value = {"kind": UNCLAIMED_USAGE, "calls": [dict(call) for call in calls]}
+        return store_put_op(self._store, self._namespace, key, value)
+
+    def search_op(self) -> SearchOp:
+        """The read of what is left, to batch with the memory node's other reads."""
+        return SearchOp(self._namespace, {"kind": UNCLAIMED_USAGE}, UNCLAIMED_LIMIT)
+
+    @staticmethod
+    def claimed(items: Sequence[Item]) -> tuple[list[CallUsage], list[str]]:
+        """The calls the items found by :meth:`search_op` hold, and their keys."""
+        calls: list[CallUsage] = []
+        keys: list[str] = []
+        for item in items:
+            if item.value.get("kind") == UNCLAIMED_USAGE:
+                calls.extend(stored_calls(item.value.get("calls")))
+                keys.append(item.key)
+        return calls, keys
+
+    def delete_ops(self, keys: Iterable[str]) -> list[PutOp]:
+        """The deletes of the claimed items, to batch with the memory node's writes."""
+        return [PutOp(self._namespace, key, None) for key in keys]
