@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import random
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -1051,7 +1050,6 @@ def long_session_agent(request: list[BaseMessage]) -> AIMessage:
 def test_three_hundred_turns_on_postgres_stay_under_the_trigger(
     persistence: Persistence, thread_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    started = time.perf_counter()
     settings = Settings(
         trigger_tokens=4000, trigger_messages=40, keep_messages=8, memory_extraction=NO_MEMORY
     )
@@ -1085,5 +1083,3 @@ def test_three_hundred_turns_on_postgres_stay_under_the_trigger(
     assert summarizer.calls == state["compaction"]["version"]
     assert verify_thread(persistence.store, thread_id, state["compaction"]).ok
     assert len(state["messages"]) < settings.trigger_messages
-    elapsed = time.perf_counter() - started
-    assert elapsed < 60, f"the 300-turn session took {elapsed:.1f} s"

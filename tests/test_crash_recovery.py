@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from typing import Any
 
@@ -45,7 +44,6 @@ def assert_each_once(found: dict[str, Any], thread: str) -> None:
 def test_a_crash_before_any_write_of_a_compacting_turn_loses_and_duplicates_nothing(
     python: str, subprocess_env: dict[str, str], persistence: Persistence, database_uri: str
 ) -> None:
-    started = time.perf_counter()
     prefix = f"crash-{uuid.uuid4().hex[:10]}"
     crashed = run_module(python, subprocess_env, "tests.support.crash_child", database_uri, prefix)
     assert crashed.returncode == 0, crashed.stderr
@@ -96,5 +94,3 @@ def test_a_crash_before_any_write_of_a_compacting_turn_loses_and_duplicates_noth
             )
             assert ran.returncode == 0, ran.stderr
     assert_each_once(cli, leftover)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 90, f"the crash test took {elapsed:.0f} s"

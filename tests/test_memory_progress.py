@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph.graph import build_graph
+from ctxgraph.graph import await_memory, build_graph, wait_for_memory
 from ctxgraph.graph.demo import demo_reply, demo_tools
 from ctxgraph.nodes.memory.extract import MemoryExtractor
 from ctxgraph.nodes.memory.filter import filter_for_memory
@@ -141,6 +141,7 @@ class Thread:
         return dict(item.value)
 
     def assert_each_row_once(self) -> None:
+        assert wait_for_memory(30) == 0  # background extractions of the last turns
         counts = self.memory.counts()
         assert [row for row, n in counts.items() if n > 1] == []  # none extracted twice
         assert sorted(set(self.expected) - set(counts)) == []  # none skipped
@@ -236,6 +237,7 @@ async def test_async_turns_read_the_same_rows_as_sync_ones() -> None:
     for turn in range(60):
         sync.send(turn)
         await async_.asend(turn)
+    assert await await_memory(30) == 0  # the async turns' extractions run on this loop
     sync.assert_each_row_once()
     async_.assert_each_row_once()
     # The same calls with the same number of rows (the ids differ between the threads).
@@ -260,6 +262,7 @@ def test_an_earlier_versions_record_is_read_then_rewritten_bounded() -> None:
     thread = new_thread()
     for turn in range(30):
         thread.send(turn)
+    assert wait_for_memory(30) == 0  # no extraction writes the record under the test's feet
     done = thread.memory.counts()
     # The unbounded form an earlier version wrote: oldest first, up to 5,000 ids.
     legacy = [*(f"old-{i}" for i in range(4_000)), *done]

@@ -335,7 +335,10 @@ def test_with_memory_on_the_flush_before_an_offload_only_step_calls_no_model(
     graph = build_graph(
         models=Models(main=main, memory=memory, summary=demo_summarizer()),
         tools=[save_files],
-        settings=Settings(trigger_tokens=100_000, keep_messages=2, memory_mode="off"),
+        # Inline: the test counts the memory calls each turn makes within it.
+        settings=Settings(
+            trigger_tokens=100_000, keep_messages=2, memory_mode="off", memory_extraction="inline"
+        ),
         checkpointer=persistence.checkpointer,
         store=persistence.store,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -105,7 +104,6 @@ def test_fifty_parent_turns_on_postgres(persistence: Persistence, thread_id: str
     asked: list[str] = []
     sizes: list[int] = []
     versions: list[int] = []
-    started = time.perf_counter()
     for turn in range(50):
         asked.append(question(turn))
         before = set(ids(parent.get_state(config).values.get("messages", [])))
@@ -134,7 +132,6 @@ def test_fifty_parent_turns_on_postgres(persistence: Persistence, thread_id: str
             assert answer.text == f"The calculator says {turn * 7}.", answer.text
         sizes.append(len(result["messages"]))
         versions.append(int((child.get("compaction") or {}).get("version", 0)))
-    elapsed = time.perf_counter() - started
 
     child = parent.get_state(child_config(thread_id)).values
     mark = child["compaction"]
@@ -155,7 +152,6 @@ def test_fifty_parent_turns_on_postgres(persistence: Persistence, thread_id: str
     # Bounded: the parent never holds more than the child's window.
     assert max(sizes) <= PARENT_BOUND, sizes
     assert len(archived) > 100
-    assert elapsed < 120, f"50 parent turns took {elapsed:.1f}s"
 
 
 async def test_parent_turns_async_on_postgres(database_uri: str, thread_id: str) -> None:

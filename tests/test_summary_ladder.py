@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -174,26 +173,24 @@ def test_lenient_parsing_keeps_the_exact_format() -> None:
 def test_a_thousand_turns_with_a_nonsense_summarizer_on_postgres(
     persistence: Any, thread_id: str
 ) -> None:
+    summarizer = ScriptedChatModel(responder=_always("I refuse."))
     graph = build_graph(
-        models=Models(
-            main=ScriptedChatModel(responder=_main),
-            summary=ScriptedChatModel(responder=_always("I refuse.")),
-        ),
+        models=Models(main=ScriptedChatModel(responder=_main), summary=summarizer),
         settings=SETTINGS,
         checkpointer=persistence.checkpointer,
         store=persistence.store,
     )
     config: Any = {"configurable": {"thread_id": thread_id}}
-    started = time.monotonic()
     sent = _run(graph, config, TURNS)
-    elapsed = time.monotonic() - started
     values = graph.get_state(config).values
     everything = _folded_and_window(persistence.store, thread_id, values)
     humans = [text for text in everything if text.startswith("Question ")]
     assert humans == sent
     assert verify_thread(persistence.store, thread_id, values["compaction"]).ok
     assert values["summary"]["degraded"] is True
-    assert elapsed < 60, f"{TURNS} turns took {elapsed:.1f} s"
+    # The ladder stays bounded however long the thread: the answer and one repair request
+    # per compaction, never a retry loop (its speed is bench/compaction_bench.py's to time).
+    assert summarizer.calls <= 2 * values["compaction"]["version"]
     out = io.StringIO()
     show_thread(persistence, thread_id, out)
     markers = [line for line in out.getvalue().splitlines() if line.startswith("──── compaction")]
