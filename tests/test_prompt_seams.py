@@ -12,7 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph import Context, Settings, build_graph
-from ctxgraph.graph import as_subgraph
+from ctxgraph.graph import as_subgraph, wait_for_memory
 from ctxgraph.graph.demo import demo_models
 from ctxgraph.nodes.memory.extract import (
     EXTRACTION_PROMPT,
@@ -145,6 +145,7 @@ def test_the_graphs_memory_model_receives_the_callers_extraction_prompt() -> Non
         {"configurable": {"thread_id": "x"}},
         context=CONTEXT,
     )
+    assert wait_for_memory(30) == 0  # the extraction runs after the turn (background)
     memory = models.memory
     assert isinstance(memory, ScriptedChatModel)
     (request,) = memory_requests(memory)
