@@ -43,6 +43,7 @@ from ctxgraph.state.usage import event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
+from ctxgraph.store.search.vectors import aput_facts, put_facts
 
 logger = logging.getLogger("ctxgraph.memory")
 
@@ -229,7 +230,7 @@ class MemoryNodes:
             plan.extracted(result)
             extraction_event(job, rows, result)
             usage = usage_of(result)
-        job.store.batch(plan.writes(rows))
+        put_facts(job.store, plan.writes(rows))
         if plan.handed_on:
             self._runner.submit(self._background(job))
         return {**plan.update(), **usage}
@@ -254,7 +255,7 @@ class MemoryNodes:
             plan.extracted(result)
             extraction_event(job, rows, result)
             usage = usage_of(result)
-        await job.store.abatch(plan.writes(rows))
+        await aput_facts(job.store, plan.writes(rows))
         if plan.handed_on:
             self._runner.asubmit(self._background(job))
         return {**plan.update(), **usage}
