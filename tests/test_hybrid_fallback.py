@@ -167,3 +167,43 @@ def test_cli_reindex_embeds_what_the_outage_left(
     assert _Handler.texts == ["Alpha beta notes."]
     assert main(["memory", "reindex", "--user", ctx.user_id]) == 0
     assert "Embedded 0 facts" in capsys.readouterr().out
+
+
+class Flaky(Embeddings):
+    """Fails while ``down``; otherwise :func:`vector`."""
+
+    def __init__(self) -> None:
+        self.down = False
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.down:
+            raise ConnectionError("connection refused")
+        return [vector(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if self.down:
+            raise ConnectionError("connection refused")
+        return vector(text)
+
+
+def test_in_memory_store_keeps_a_fact_and_drops_its_stale_vector(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from langgraph.store.memory import InMemoryStore
+
+    embeddings = Flaky()
+    store = InMemoryStore(index=config(embeddings))
+    repo = MemoryRepository(store)
+    ctx = Context(user_id=f"down-{uuid.uuid4().hex[:10]}")
+    namespace = user_facts(ctx.user_id, ctx.agent_name)
+    repo.add_fact(ctx, "Gamma notes.", key="kept")
+    embeddings.down = True
+    with caplog.at_level(logging.WARNING):
+        repo.add_fact(ctx, "Alpha beta notes.", key="kept")  # new content, no vector
+        assert [f.key for f in repo.search(ctx, QUERY)] == ["kept"]
+    assert len(warnings(caplog)) == 2
+    assert [f.content for f in repo.list_user_facts(ctx)] == ["Alpha beta notes."]
+    embeddings.down = False
+    assert unembedded(store, namespace, ["kept"]) == ["kept"]  # the old vector is gone
+    assert repo.reindex(ctx) == 1
+    assert unembedded(store, namespace, ["kept"]) == []

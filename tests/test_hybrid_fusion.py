@@ -361,7 +361,7 @@ def test_postgres_scores_in_sql_equal_the_stores_own(distance: str, database_uri
         listed = store.search(namespace, query=QUERY, limit=len(FACTS))
         from_store = {item.key: float(item.score or 0.0) for item in listed}
         similarity = QuerySimilarity(store, QUERY)
-        similarity.embed()
+        similarity.embed([namespace])
         assert similarity.vector is not None
         ours = scored(store, namespace, similarity.vector, list(FACTS), metric.sql)
         assert ours == approx(from_store)
@@ -431,7 +431,7 @@ def test_a_neighbour_deleted_before_the_index_refresh_is_dropped() -> None:
     seed(repo, ctx, FACTS)
     namespace = user_facts(ctx.user_id, ctx.agent_name)
     similarity = QuerySimilarity(store, QUERY)
-    similarity.embed()
+    similarity.embed([namespace])
     near = similarity.neighbours(namespace, LIMIT)
     assert [key for key, _ in near.scores] == ["vec1", "vec2"]
     store.delete(namespace, "vec2")  # between the vector search and the index lookup

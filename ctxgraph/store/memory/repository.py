@@ -601,9 +601,8 @@ class MemoryRepository:
         """
         embedded = 0
         for namespace, _ in self._search_scopes(context):
-            values = fact_index_cache.values(self.store, namespace)
-            contents = {key: str(value.get("content", "")) for key, value in values}
-            embedded += reindex(self.store, namespace, contents)
+            values = dict(fact_index_cache.values(self.store, namespace))
+            embedded += reindex(self.store, namespace, values)
         return embedded
 
     def _similarity(self, query: str) -> QuerySimilarity | None:
@@ -628,7 +627,7 @@ class MemoryRepository:
         similarity = self._similarity(query)
         if similarity is not None:
             try:
-                similarity.embed()
+                similarity.embed([space for space, _ in self._search_scopes(context)])
                 return self._gathered(context, terms, similarity, limit, leading)
             except EmbeddingError as error:
                 lexical_fallback(error)
@@ -669,7 +668,9 @@ class MemoryRepository:
         similarity = self._similarity(query)
         if similarity is not None:
             try:
-                await similarity.aembed()
+                await similarity.aembed(
+                    [namespace for namespace, _ in self._search_scopes(context)]
+                )
                 return await self._agathered(context, terms, similarity, limit, leading)
             except EmbeddingError as error:
                 lexical_fallback(error)

@@ -34,10 +34,10 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import BaseStore
@@ -49,10 +49,14 @@ from ctxgraph.store.search.index import Hit
 from ctxgraph.store.search.vectors import (
     VECTOR_FIELD,
     VectorSql,
+    amemory_scores,
     anearest,
+    areembed,
     asave,
     ascored,
+    memory_scores,
     nearest,
+    reembed,
     save,
     scored,
     unembedded,
@@ -290,9 +294,9 @@ def _problem(error: Exception) -> str:
 class QuerySimilarity:
     """One search's semantic side: the query embedded once, for every namespace.
 
-    :meth:`embed` (or :meth:`aembed`) first; then per namespace :meth:`neighbours` and,
-    after the index lookup, :meth:`complete`. Embedder failures raise
-    :class:`EmbeddingError`.
+    :meth:`embed` (or :meth:`aembed`) first, with every namespace the search reads; then
+    per namespace :meth:`neighbours` and, after the index lookup, :meth:`complete`.
+    Embedder failures raise :class:`EmbeddingError`.
     """
 
     def __init__(self, store: BaseStore, query: str) -> None:
@@ -300,30 +304,47 @@ class QuerySimilarity:
         self.query = query
         self.metric = store_metric(store)
         self.vector: list[float] | None = None
+        """The query's vector (Postgres), once embedded."""
+        self.memory: dict[tuple[str, ...], dict[str, float | None]] | None = None
+        """``InMemoryStore``: every fact's similarity per namespace (None: no vector)."""
 
-    def embed(self) -> None:
+    def embed(self, namespaces: Sequence[tuple[str, ...]]) -> None:
         """Embed the query (with the embedder's query instruction), once."""
-        if self.metric is None or self.vector is not None:
+        if self.metric is None or self.vector is not None or self.memory is not None:
             return
         try:
-            self.vector = list(self.metric.embeddings.embed_query(self.query))
+            if isinstance(self.store, InMemoryStore):
+                self.memory = memory_scores(self.store, namespaces, self.query)
+            else:
+                self.vector = list(self.metric.embeddings.embed_query(self.query))
         except Exception as error:
             raise EmbeddingError(f"could not embed the query ({_problem(error)})") from error
 
-    async def aembed(self) -> None:
+    async def aembed(self, namespaces: Sequence[tuple[str, ...]]) -> None:
         """Async :meth:`embed`."""
-        if self.metric is None or self.vector is not None:
+        if self.metric is None or self.vector is not None or self.memory is not None:
             return
         try:
-            self.vector = list(await self.metric.embeddings.aembed_query(self.query))
+            if isinstance(self.store, InMemoryStore):
+                self.memory = await amemory_scores(self.store, namespaces, self.query)
+            else:
+                self.vector = list(await self.metric.embeddings.aembed_query(self.query))
         except Exception as error:
             raise EmbeddingError(f"could not embed the query ({_problem(error)})") from error
 
     def _sql(self) -> VectorSql | None:
         return None if self.metric is None else self.metric.sql
 
+    def _from_memory(self, namespace: tuple[str, ...], limit: int) -> Neighbours | None:
+        if self.memory is None:
+            return None
+        scores = [(k, s) for k, s in self.memory.get(namespace, {}).items() if s is not None]
+        return Neighbours(sorted(scores, key=lambda pair: (-pair[1], pair[0]))[:limit])
+
     def neighbours(self, namespace: tuple[str, ...], limit: int) -> Neighbours:
         """The ``limit`` facts of exactly ``namespace`` nearest the query."""
+        if (listed := self._from_memory(namespace, limit)) is not None:
+            return listed
         if self.vector is None:
             found = self.store.search(namespace, query=self.query, limit=limit)
             return self._listed(namespace, limit, found)
@@ -331,6 +352,8 @@ class QuerySimilarity:
 
     async def aneighbours(self, namespace: tuple[str, ...], limit: int) -> Neighbours:
         """Async :meth:`neighbours`."""
+        if (listed := self._from_memory(namespace, limit)) is not None:
+            return listed
         if self.vector is None:
             found = await self.store.asearch(namespace, query=self.query, limit=limit)
             return self._listed(namespace, limit, found)
@@ -370,13 +393,28 @@ class QuerySimilarity:
         return similarity
 
     def _semantic(
-        self,
-        near: Neighbours,
-        lookup: Any,
-        similarity: Mapping[str, float],
-        exact: bool,
+        self, near: Neighbours, lookup: Any, similarity: Mapping[str, float], exact: bool
     ) -> Semantic:
         return Semantic(near.scores, lookup.extra, similarity, lookup.extra_values, exact)
+
+    def _in_memory(
+        self, namespace: tuple[str, ...], near: Neighbours, lookup: Any, missing: Sequence[str]
+    ) -> tuple[Semantic, dict[str, Any]]:
+        """The in-memory store's side, and the facts it holds no vector for (to re-embed).
+
+        Those get the namespace's lowest similarity this time (not measured: ``exact`` is
+        False); once re-embedded, the next search scores them.
+        """
+        assert self.memory is not None
+        scores = self.memory.get(namespace, {})
+        found = {key: s for key in missing if (s := scores.get(key)) is not None}
+        values = {
+            key: value for key, _, value in lookup.hits if key in missing and key not in found
+        }
+        if values:
+            low = min((s for s in scores.values() if s is not None), default=0.0)
+            found.update(dict.fromkeys(values, low))
+        return self._semantic(near, lookup, found, not values), values
 
     def complete(self, namespace: tuple[str, ...], near: Neighbours, lookup: Any) -> Semantic:
         """Both signals for every candidate of ``near`` and of the index ``lookup``.
@@ -388,6 +426,10 @@ class QuerySimilarity:
         """
         near = _indexed(near, lookup.extra)
         missing = self._missing(near, lookup.hits)
+        if self.memory is not None:
+            semantic, values = self._in_memory(namespace, near, lookup, missing)
+            _embedding(reembed, self.store, namespace, values)
+            return semantic
         if self.metric is None or self.vector is None:
             return self._semantic(near, lookup, self._bounded(near, missing), False)
         found = scored(self.store, namespace, self.vector, missing, self._sql())
@@ -395,12 +437,7 @@ class QuerySimilarity:
         if texts:
             todo, vectors = self._plan(texts)
             if todo:
-                try:
-                    made = self.metric.embeddings.embed_documents(todo)
-                except Exception as error:
-                    raise EmbeddingError(
-                        f"could not embed {len(todo)} fact(s) without a vector ({_problem(error)})"
-                    ) from error
+                made = _embedding(self.metric.embeddings.embed_documents, todo)
                 vectors.update(_remember(self.metric.embeddings, "document", todo, made))
             save(self.store, namespace, self._made(texts, vectors), self._cast())
             found.update(self._embedded(texts, vectors))
@@ -412,6 +449,10 @@ class QuerySimilarity:
         """Async :meth:`complete`."""
         near = _indexed(near, lookup.extra)
         missing = self._missing(near, lookup.hits)
+        if self.memory is not None:
+            semantic, values = self._in_memory(namespace, near, lookup, missing)
+            await _aembedding(areembed(self.store, namespace, values))
+            return semantic
         if self.metric is None or self.vector is None:
             return self._semantic(near, lookup, self._bounded(near, missing), False)
         found = await ascored(self.store, namespace, self.vector, missing, self._sql())
@@ -419,12 +460,7 @@ class QuerySimilarity:
         if texts:
             todo, vectors = self._plan(texts)
             if todo:
-                try:
-                    made = await self.metric.embeddings.aembed_documents(todo)
-                except Exception as error:
-                    raise EmbeddingError(
-                        f"could not embed {len(todo)} fact(s) without a vector ({_problem(error)})"
-                    ) from error
+                made = await _aembedding(self.metric.embeddings.aembed_documents(todo))
                 vectors.update(_remember(self.metric.embeddings, "document", todo, made))
             await asave(self.store, namespace, self._made(texts, vectors), self._cast())
             found.update(self._embedded(texts, vectors))
@@ -448,12 +484,41 @@ class QuerySimilarity:
         return {key: (text, vectors[text]) for key, text in texts.items() if text in vectors}
 
 
+_T = TypeVar("_T")
+
+
+def _unembedded(error: Exception) -> EmbeddingError:
+    return EmbeddingError(f"could not embed facts without a vector ({_problem(error)})")
+
+
+def _embedding(call: Callable[..., _T], *args: Any) -> _T:
+    """``call(*args)``, an embedder failure raised as :class:`EmbeddingError`."""
+    try:
+        return call(*args)
+    except Exception as error:
+        raise EmbeddingError(
+            f"could not embed facts without a vector ({_problem(error)})"
+        ) from error
+
+
+async def _aembedding(pending: Awaitable[_T]) -> _T:
+    """Async :func:`_embedding`."""
+    try:
+        return await pending
+    except Exception as error:
+        raise EmbeddingError(
+            f"could not embed facts without a vector ({_problem(error)})"
+        ) from error
+
+
 REINDEX_BATCH = 64
 """Facts embedded per call by :func:`reindex`."""
 
 
-def reindex(store: BaseStore, namespace: tuple[str, ...], contents: Mapping[str, str]) -> int:
-    """Embed and store a vector for each fact of ``contents`` (key -> content) that lacks one.
+def reindex(
+    store: BaseStore, namespace: tuple[str, ...], values: Mapping[str, Mapping[str, Any]]
+) -> int:
+    """Embed and store a vector for each fact of ``values`` (key -> stored value) lacking one.
 
     Returns how many were embedded; 0 when the Store has no vector index we can write to.
     Embedder errors propagate (nothing is half-written: each batch is saved whole).
@@ -461,7 +526,13 @@ def reindex(store: BaseStore, namespace: tuple[str, ...], contents: Mapping[str,
     metric = store_metric(store)
     if metric is None:
         return 0
+    contents = {key: str(value.get(VECTOR_FIELD, "")) for key, value in values.items()}
     keys = unembedded(store, namespace, [key for key, text in contents.items() if text])
+    if isinstance(store, InMemoryStore):  # it embeds what it stores
+        for start in range(0, len(keys), REINDEX_BATCH):
+            chunk = keys[start : start + REINDEX_BATCH]
+            reembed(store, namespace, {key: values[key] for key in chunk})
+        return len(keys)
     cast = "vector" if metric.sql is None else metric.sql.cast
     for start in range(0, len(keys), REINDEX_BATCH):
         chunk = keys[start : start + REINDEX_BATCH]

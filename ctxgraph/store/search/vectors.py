@@ -20,12 +20,12 @@ or by ``ctxgraph memory reindex``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import psycopg
-from langgraph.store.base import BaseStore, Op, PutOp, Result
+from langgraph.store.base import BaseStore, Op, PutOp, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
@@ -38,14 +38,19 @@ from ctxgraph.store.persistence.store_cursor import (
 from ctxgraph.store.persistence.vector_index import FACT_INDEX_FIELDS
 
 __all__ = [
+    "ALL",
     "VECTOR_FIELD",
     "VectorSql",
+    "amemory_scores",
     "anearest",
     "aput_facts",
+    "areembed",
     "asave",
     "ascored",
+    "memory_scores",
     "nearest",
     "put_facts",
+    "reembed",
     "save",
     "scored",
     "unembedded",
@@ -120,31 +125,54 @@ def _params(namespace: tuple[str, ...], **more: Any) -> dict[str, Any]:
     return {"prefix": ".".join(namespace), "field": VECTOR_FIELD, **more}
 
 
-def _stored(store: InMemoryStore, namespace: tuple[str, ...]) -> Mapping[str, Mapping[str, Any]]:
-    """The in-memory store's vectors of ``namespace``: key -> field -> vector."""
-    vectors: Mapping[tuple[str, ...], Mapping[str, Mapping[str, Any]]] = store._vectors
-    return vectors.get(namespace, {})
+ALL = 1_000_000_000
+"""A search limit that no namespace reaches: every fact is scored."""
 
 
-def _cosines(query: Sequence[float], keyed: Mapping[str, Sequence[float]]) -> dict[str, float]:
-    import numpy as np
+def memory_scores(
+    store: InMemoryStore, namespaces: Sequence[tuple[str, ...]], query: str
+) -> dict[tuple[str, ...], dict[str, float | None]]:
+    """Every fact's similarity to ``query`` per namespace (None: the fact has no vector).
 
-    if not keyed:
-        return {}
-    q = np.asarray(query, dtype=np.float64)
-    m = np.asarray(list(keyed.values()), dtype=np.float64)
-    norms = np.linalg.norm(m, axis=1) * np.linalg.norm(q)
-    dots = m @ q
-    cosine = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
-    return {key: float(v) for key, v in zip(keyed, np.clip(cosine, -1.0, 1.0), strict=True)}
+    One batch of searches with the same text: the in-memory store embeds it once.
+    """
+    ops = [SearchOp(namespace, None, ALL, 0, query) for namespace in namespaces]
+    return _by_namespace(namespaces, store.batch(ops))
 
 
-def _in_memory(
-    store: InMemoryStore, namespace: tuple[str, ...], keys: Iterable[str] | None
-) -> dict[str, Sequence[float]]:
-    stored = _stored(store, namespace)
-    wanted = stored if keys is None else {k: stored[k] for k in keys if k in stored}
-    return {key: fields[VECTOR_FIELD] for key, fields in wanted.items() if VECTOR_FIELD in fields}
+async def amemory_scores(
+    store: InMemoryStore, namespaces: Sequence[tuple[str, ...]], query: str
+) -> dict[tuple[str, ...], dict[str, float | None]]:
+    """Async :func:`memory_scores`."""
+    ops = [SearchOp(namespace, None, ALL, 0, query) for namespace in namespaces]
+    return _by_namespace(namespaces, await store.abatch(ops))
+
+
+def _by_namespace(
+    namespaces: Sequence[tuple[str, ...]], results: Sequence[Any]
+) -> dict[tuple[str, ...], dict[str, float | None]]:
+    return {
+        namespace: {
+            item.key: None if item.score is None else float(item.score)
+            for item in found
+            if tuple(item.namespace) == namespace
+        }
+        for namespace, found in zip(namespaces, results, strict=True)
+    }
+
+
+def reembed(store: BaseStore, namespace: tuple[str, ...], values: Mapping[str, Any]) -> None:
+    """Write ``values`` (key -> stored value) again with their vector: the Store embeds them."""
+    ops = [PutOp(namespace, key, value, index=FACT_INDEX_FIELDS) for key, value in values.items()]
+    if ops:
+        store.batch(ops)
+
+
+async def areembed(store: BaseStore, namespace: tuple[str, ...], values: Mapping[str, Any]) -> None:
+    """Async :func:`reembed`."""
+    ops = [PutOp(namespace, key, value, index=FACT_INDEX_FIELDS) for key, value in values.items()]
+    if ops:
+        await store.abatch(ops)
 
 
 def nearest(
@@ -159,9 +187,6 @@ def nearest(
         with store_cursor(store) as cursor:
             cursor.execute(*_nearest_query(sql, namespace, query, limit))
             return [(row["key"], float(row["score"])) for row in cursor.fetchall()]
-    if isinstance(store, InMemoryStore):
-        found = _cosines(query, _in_memory(store, namespace, None))
-        return sorted(found.items(), key=lambda pair: (-pair[1], pair[0]))[:limit]
     raise TypeError(f"no stored vectors to read in {type(store).__name__}")
 
 
@@ -194,8 +219,6 @@ def scored(
         with store_cursor(store) as cursor:
             cursor.execute(*_scored_query(sql, namespace, query, keys))
             return {row["key"]: float(row["score"]) for row in cursor.fetchall()}
-    if isinstance(store, InMemoryStore):
-        return _cosines(query, _in_memory(store, namespace, keys))
     raise TypeError(f"no stored vectors to read in {type(store).__name__}")
 
 
@@ -225,7 +248,8 @@ def unembedded(store: BaseStore, namespace: tuple[str, ...], keys: Sequence[str]
             )
             fresh = {row["key"] for row in cursor.fetchall()}
     elif isinstance(store, InMemoryStore):
-        fresh = set(_in_memory(store, namespace, keys))
+        scores = memory_scores(store, [namespace], " ")[namespace]
+        fresh = {key for key, score in scores.items() if score is not None}
     else:
         raise TypeError(f"no stored vectors to read in {type(store).__name__}")
     return [key for key in keys if key not in fresh]
@@ -236,7 +260,11 @@ Made = Mapping[str, tuple[str, Sequence[float]]]
 
 
 def save(store: BaseStore, namespace: tuple[str, ...], made: Made, cast: str = "vector") -> None:
-    """Write back vectors made for facts that had none, where the fact still says the same."""
+    """Write back vectors made for facts that had none, where the fact still says the same.
+
+    Postgres only (in SQL, so a fact written meanwhile keeps its own vector); the in-memory
+    store embeds what it stores itself (:func:`reembed`).
+    """
     if not made:
         return
     if isinstance(store, PostgresStore):
@@ -248,11 +276,6 @@ def save(store: BaseStore, namespace: tuple[str, ...], made: Made, cast: str = "
                     for key, (text, vector) in made.items()
                 ],
             )
-    elif isinstance(store, InMemoryStore):
-        for key, (text, vector) in made.items():
-            item = store.get(namespace, key)
-            if item is not None and item.value.get(VECTOR_FIELD) == text:
-                store._vectors[namespace][key][VECTOR_FIELD] = list(vector)
 
 
 async def asave(
@@ -294,16 +317,23 @@ def _unindexed(store: BaseStore, ops: Sequence[Op], error: Exception) -> list[Op
         str(error).strip().splitlines()[0] if str(error).strip() else "no message",
     )
     chosen = {id(op) for op in indexed}
-    return [
-        op._replace(index=False) if isinstance(op, PutOp) and id(op) in chosen else op for op in ops
-    ]
+    return [_without_vector(op) if id(op) in chosen else op for op in ops]
 
 
-def _drop_stale(store: BaseStore, ops: Sequence[Op]) -> None:
-    """The in-memory store keeps an old vector under a fact written without one: drop it."""
-    if isinstance(store, InMemoryStore):
-        for op in _indexed(ops):
-            store._vectors[op.namespace].pop(op.key, None)
+def _without_vector(op: Op) -> Op:
+    assert isinstance(op, PutOp)
+    return PutOp(op.namespace, op.key, op.value, index=False, ttl=op.ttl)
+
+
+def _stale(store: BaseStore, ops: Sequence[Op]) -> list[Op]:
+    """Deletes of the facts about to be written unindexed, for the in-memory store.
+
+    It would keep an old vector under a fact written without one; a delete drops it.
+    Postgres tells a stale vector by its time, so nothing is deleted there.
+    """
+    if not isinstance(store, InMemoryStore):
+        return []
+    return [PutOp(op.namespace, op.key, None) for op in _indexed(ops)]
 
 
 def put_facts(store: BaseStore, ops: Sequence[Op]) -> list[Result]:
@@ -318,9 +348,9 @@ def put_facts(store: BaseStore, ops: Sequence[Op]) -> list[Result]:
         fallback = _unindexed(store, ops, error)
         if fallback is None:
             raise
-        results = store.batch(fallback)
-        _drop_stale(store, ops)
-        return results
+        if stale := _stale(store, ops):
+            store.batch(stale)
+        return store.batch(fallback)
 
 
 async def aput_facts(store: BaseStore, ops: Sequence[Op]) -> list[Result]:
@@ -331,6 +361,6 @@ async def aput_facts(store: BaseStore, ops: Sequence[Op]) -> list[Result]:
         fallback = _unindexed(store, ops, error)
         if fallback is None:
             raise
-        results = await store.abatch(fallback)
-        _drop_stale(store, ops)
-        return results
+        if stale := _stale(store, ops):
+            await store.abatch(stale)
+        return await store.abatch(fallback)
