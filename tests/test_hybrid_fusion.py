@@ -1,7 +1,10 @@
 """Hybrid fusion scores every candidate of the union on both BM25 and vector similarity.
 
-A deterministic embedding maps each text to a fixed unit vector whose first component is
-its cosine similarity to the query, so every expected number is known. Candidates are
+Both signals are put on one scale per query before they are fused: BM25 divided by the
+best BM25 among the candidates of every namespace, similarity min-max scaled over them;
+the fused relevance is in BM25 units (times that best BM25). A deterministic embedding
+maps each text to a fixed unit vector whose first component is its cosine similarity to
+the query, so every expected number is known. Candidates are
 gathered with a limit of two per list (``LIMIT``): the BM25 list finds ``lex1`` and
 ``lex2``, the vector list ``vec1`` and ``vec2``; ``lex1`` is quite similar to the query
 (0.6) but outside the vector top two, ``vec1`` matches one query term but is outside the
@@ -10,10 +13,9 @@ BM25 top two.
 
 from __future__ import annotations
 
-import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,16 +34,15 @@ from ctxgraph.store.persistence.connection import open_async_persistence, open_p
 from ctxgraph.store.search.bm25 import Bm25Index
 from ctxgraph.store.search.hybrid import (
     SEMANTIC_WEIGHT,
-    Neighbours,
     QuerySimilarity,
     clear_embedding_cache,
     fuse,
     semantic_enabled,
-    semantic_hits,
     store_metric,
 )
 from ctxgraph.store.search.index import fact_index_cache
 from ctxgraph.store.search.scoring import CONFIDENCE_WEIGHT, tokenize
+from ctxgraph.store.search.vectors import scored
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 CREATED = NOW - timedelta(days=1)  # within the decay grace: the relevance is not decayed
@@ -114,15 +115,23 @@ def bm25(facts: dict[str, tuple[str, float]], query: str = QUERY) -> dict[str, f
     return {key: scores.get(key, 0.0) for key in facts}
 
 
-def fused(facts: dict[str, tuple[str, float]], keys: Iterable[str]) -> dict[str, float]:
-    """The documented relevance R of ``keys``, from their real BM25 and real similarity."""
-    relevance = bm25(facts)
-    best = max(relevance[key] for key in keys)
+def fused(relevance: Mapping[str, float], similarity: Mapping[str, float]) -> dict[str, float]:
+    """The documented relevance R of each candidate (keys of ``similarity``)."""
+    best = max(relevance[key] for key in similarity)
+    low, high = min(similarity.values()), max(similarity.values())
     return {
-        key: (1 - SEMANTIC_WEIGHT) * relevance[key] / best
-        + SEMANTIC_WEIGHT * max(0.0, facts[key][1])
-        for key in keys
+        key: best
+        * (
+            (1 - SEMANTIC_WEIGHT) * relevance[key] / best
+            + SEMANTIC_WEIGHT * (similarity[key] - low) / (high - low)
+        )
+        for key in similarity
     }
+
+
+def fused_facts(facts: dict[str, tuple[str, float]], keys: Iterable[str]) -> dict[str, float]:
+    """``fused`` from the facts' real BM25 and real similarity."""
+    return fused(bm25(facts), {key: facts[key][1] for key in keys})
 
 
 def scores(facts: Sequence[Fact]) -> dict[str, float]:
@@ -164,6 +173,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(autouse=True)
 def fresh_embedding_cache() -> None:
+    """Each test starts without cached embeddings."""
     clear_embedding_cache()
 
 
@@ -189,7 +199,7 @@ def test_scores_for_equals_the_full_query_exactly() -> None:
     assert index.scores_for(query, []) == {}
 
 
-# -- 1 and 3: real BM25 and real similarity for every candidate ----------------------------
+# -- real BM25 and real similarity for every candidate, on one scale ----------------------
 
 
 def test_each_candidate_is_fused_from_its_real_bm25_and_real_similarity(
@@ -203,106 +213,111 @@ def test_each_candidate_is_fused_from_its_real_bm25_and_real_similarity(
         sources, _ = repo._sources(ctx, QUERY, LIMIT)
         semantic = sources[0].semantic
         assert semantic is not None and semantic.exact
-        assert {item.key for item in semantic.items} == {"vec1", "vec2"}
+        assert [key for key, _ in semantic.near] == ["vec1", "vec2"]
         assert {key for key, _, _ in sources[0].hits} == {"lex1", "lex2"}
         relevance = bm25(FACTS)
         # The vector-only candidates get their exact BM25 from the index (vec2: no term).
         assert semantic.bm25 == approx({"vec1": -relevance["vec1"], "vec2": 0.0})
         assert relevance["vec1"] > 0
-        # The lexical-only candidates get their similarity measured like the Store does.
+        # The lexical-only candidates get their similarity from their stored vectors.
         assert semantic.similarity == approx({"lex1": 0.6, "lex2": 0.1})
 
-        expected = fused(FACTS, ["lex1", "lex2", "vec1", "vec2"])
+        expected = fused_facts(FACTS, ["lex1", "lex2", "vec1", "vec2"])
         found = everything(repo, ctx)
         assert scores(found) == approx(
             {key: value + CONFIDENCE_WEIGHT * CONFIDENCE for key, value in expected.items()}
         )
-        # lex1 (similarity 0.6, outside the vector top two) is not scored as if it were 0:
-        # with similarity 0 it would rank below lex2, the better BM25 match.
-        assert [fact.key for fact in found] == ["lex1", "vec1", "lex2", "vec2"]
-        as_if_zero = (1 - SEMANTIC_WEIGHT) * relevance["lex1"] / relevance["lex2"]
-        assert as_if_zero < expected["lex2"] < expected["lex1"]
+        assert [fact.key for fact in found] == sorted(expected, key=lambda k: -expected[k])
         assert [fact.key for fact in repo.search(ctx, QUERY, top_k=1, now=NOW)] == ["lex1"]
+        # In BM25 units: the best candidate scores at most the best BM25, as in lexical mode.
+        assert max(expected.values()) <= max(relevance.values()) + 1e-9
 
 
-def test_a_similarity_we_measure_equals_the_stores_own_score(kind: str, database_uri: str) -> None:
-    embeddings = TableEmbeddings(table(FACTS))
-    ctx = context()
-    namespace = user_facts(ctx.user_id, ctx.agent_name)
-    with sync_store(kind, database_uri, embeddings) as store:
-        seed(MemoryRepository(store), ctx, FACTS)
-        metric = store_metric(store)
-        assert metric is not None and metric.embeddings is embeddings
-        assert metric.query_as_document is (kind == "postgres")  # as each Store embeds it
-        listed = store.search(namespace, query=QUERY, limit=len(FACTS))
-        from_store = {item.key: float(item.score or 0.0) for item in listed}
-        assert len(from_store) == len(FACTS)
-        hits = [(key, -1.0, {"content": content}) for key, (content, _) in FACTS.items()]
-        ours = QuerySimilarity(store, QUERY).complete(Neighbours([], None), hits, {})
-        assert ours.exact
-        assert ours.similarity == approx(from_store)
-        assert ours.similarity == approx({key: sim for key, (_, sim) in FACTS.items()})
+def test_fusion_over_scopes_puts_user_and_project_on_one_scale() -> None:
+    # Same similarity everywhere but for the two matches; the project's match is weak.
+    facts = {
+        "strong": ("Alpha beta alpha beta notes.", 0.9),
+        "weak": ("Alpha and many other words in a long note.", 0.9),
+        **{f"filler{i}": (f"Zeta filler number {i}.", 0.5) for i in range(4)},
+    }
+    store = InMemoryStore(index=index_config(TableEmbeddings(table(facts))))
+    repo = MemoryRepository(store)
+    ctx = Context(user_id=f"fusion-{uuid.uuid4().hex[:10]}", project_id="fusion-scopes")
+    for key, (content, _) in facts.items():
+        scope = "project" if key == "weak" else "user"
+        repo.add_fact(ctx, content, key=key, scope=scope, created_at=CREATED)
+    found = {
+        fact.key: fact.score for fact in rank(repo._sources(ctx, QUERY, 4)[0], 9, NOW, "created")
+    }
+    # Each namespace normalised alone would give both matches BM25 1.0: a tie.
+    user_index = Bm25Index({k: tokenize(c) for k, (c, _) in facts.items() if k != "weak"})
+    project_index = Bm25Index({"weak": tokenize(facts["weak"][0])})
+    strong = user_index.scores(tokenize(QUERY))["strong"]
+    weak = project_index.scores(tokenize(QUERY))["weak"]
+    assert weak < strong
+    best = strong
+    assert found["strong"] - found["weak"] == pytest.approx(
+        best * (1 - SEMANTIC_WEIGHT) * (strong - weak) / best
+    )
 
 
-@pytest.mark.parametrize(
-    ("config", "expected"),
-    [
-        ({}, 2 / math.sqrt(5)),  # pgvector's default: 1 - cosine distance
-        ({"distance_type": "cosine"}, 2 / math.sqrt(5)),
-        ({"distance_type": "inner_product"}, 2.0),  # minus the <#> distance
-        ({"distance_type": "l2"}, -math.sqrt(2)),  # minus the <-> distance
-        ({"ann_index_config": {"vector_type": "halfvec"}}, 2 / math.sqrt(5)),
-        ({"ann_index_config": {"vector_type": "bit"}, "distance_type": "hamming"}, None),
-    ],
-)
-def test_postgres_scores_are_reproduced_for_each_distance_type(
-    config: dict[str, Any], expected: float | None
-) -> None:
-    from langgraph.store.postgres import PostgresStore
+def test_fuse_normalises_both_signals_over_every_source() -> None:
+    from ctxgraph.store.search.hybrid import Semantic
 
-    embeddings = TableEmbeddings({QUERY: [1.0, 0.0, 0.0, 0.0], "Fact.": [2.0, 1.0, 0.0, 0.0]})
-    store = PostgresStore(conn=None, index={**index_config(embeddings), **config})  # type: ignore[arg-type]
-    hits = [("fact", -1.0, {"content": "Fact."})]
-    found = QuerySimilarity(store, QUERY).complete(Neighbours([], 0.25), hits, {})
-    if expected is None:  # not reproducible: the bound
-        assert store_metric(store) is None
-        assert (found.exact, found.similarity) == (False, {"fact": 0.25})
-        return
-    assert found.exact
-    assert found.similarity["fact"] == pytest.approx(expected, rel=1e-3)
-    assert embeddings.queries == []  # PostgresStore embeds queries as documents
+    user = Semantic(
+        [("b", 0.8), ("c", 0.6), ("d", -0.3)], bm25={"c": -1.0, "d": 0.0}, similarity={"a": 0.4}
+    )
+    project = Semantic([("p", 0.5)], bm25={"p": -2.0})
+    first, second = fuse([([("a", -4.0), ("b", -2.0)], user), ([], project)])
+    expected = fused(
+        {"a": 4.0, "b": 2.0, "c": 1.0, "d": 0.0, "p": 2.0},
+        {"a": 0.4, "b": 0.8, "c": 0.6, "d": -0.3, "p": 0.5},
+    )
+    assert first == approx({key: -expected[key] for key in "abcd"})
+    assert second == approx({"p": -expected["p"]})
+    # Nothing matched lexically: the similarity alone, in units of 1.
+    [only] = fuse(
+        [([], Semantic([("c", 1.0), ("e", 0.2)], bm25={"c": 0.0, "e": 0.0}))], weight=0.25
+    )
+    assert only == approx({"c": -0.25, "e": 0.0})
+    with pytest.raises(ValueError, match="semantic weight"):
+        fuse([], weight=1.5)
+    with pytest.raises(ValueError, match="no similarity for the lexical candidate 'a'"):
+        fuse([([("a", -1.0)], Semantic([]))])
+    with pytest.raises(ValueError, match="no BM25 score for the semantic candidate 'c'"):
+        fuse([([], Semantic([("c", 0.5)]))])
 
 
-# -- 2: a fact strong on both beats a fact found by only one list ------------------------
+# -- age reorders, never buries, in hybrid mode too -----------------------------------------
 
-BOTH: dict[str, tuple[str, float]] = {
-    "both": ("Alpha and beta.", 0.8),
-    "lexical": ("Alpha beta alpha notes.", 0.3),
-    "vector": ("Omega.", 0.85),
-    **{f"filler{i}": (f"Zeta filler number {i}.", 0.0) for i in range(6)},
+NARROW: dict[str, tuple[str, float]] = {
+    "old_match": ("Alpha beta alpha beta trip notes.", 0.92),
+    "new_unrelated": ("Omega shopping list.", 0.84),
+    "new_twin": ("Alpha beta plans.", 0.80),
+    "old_twin": ("Alpha beta ideas.", 0.80),
+    **{f"old{i}": (f"Zeta filler number {i}.", 0.72 + 0.02 * i) for i in range(6)},
 }
+"""Cosines in 0.72-0.92, as a real model's sit in a narrow band."""
 
 
-def test_a_fact_strong_on_both_signals_beats_one_found_by_a_single_list() -> None:
-    store = InMemoryStore(index=index_config(TableEmbeddings(table(BOTH))))
+def test_age_reorders_near_ties_and_never_buries_a_clear_match() -> None:
+    store = InMemoryStore(index=index_config(TableEmbeddings(table(NARROW))))
     repo = MemoryRepository(store)
     ctx = context()
-    seed(repo, ctx, BOTH)
-    sources, _ = repo._sources(ctx, QUERY, LIMIT)
-    semantic = sources[0].semantic
-    assert semantic is not None
-    assert {item.key for item in semantic.items} == {"vector", "both"}
-    assert {key for key, _, _ in sources[0].hits} == {"both", "lexical"}
-    found = everything(repo, ctx)
-    assert [fact.key for fact in found] == ["both", "lexical", "vector"]
-    expected = fused(BOTH, ["both", "lexical", "vector"])
-    assert scores(found) == approx(
-        {key: value + CONFIDENCE_WEIGHT * CONFIDENCE for key, value in expected.items()}
-    )
-    assert [fact.key for fact in repo.search(ctx, QUERY, top_k=1, now=NOW)] == ["both"]
+    for key, (content, _) in NARROW.items():
+        age = timedelta(days=1) if key.startswith("new") else timedelta(days=400)
+        repo.add_fact(ctx, content, key=key, confidence=CONFIDENCE, created_at=NOW - age)
+    ranked = [fact.key for fact in repo.search(ctx, QUERY, top_k=10, now=NOW)]
+    # The year-old clear match stays first (with the lexical floor of 0.5 the new twin
+    # would pass it); the new fact that matches no query term stays below the facts that
+    # do, however recent it is.
+    assert ranked[0] == "old_match"
+    assert ranked.index("new_unrelated") > max(ranked.index(k) for k in ("new_twin", "old_twin"))
+    # Two facts alike in both signals: the newer one first.
+    assert ranked.index("new_twin") < ranked.index("old_twin")
 
 
-# -- 4: the async path agrees with the sync path -----------------------------------------
+# -- the async path agrees with the sync path -----------------------------------------------
 
 
 async def test_the_async_path_gives_the_same_scores(kind: str, database_uri: str) -> None:
@@ -317,7 +332,7 @@ async def test_the_async_path_gives_the_same_scores(kind: str, database_uri: str
         assert semantic is not None and semantic.exact
         assert semantic.similarity == approx({"lex1": 0.6, "lex2": 0.1})
         found = rank(sources, 100, NOW, "created")
-        expected = fused(FACTS, ["lex1", "lex2", "vec1", "vec2"])
+        expected = fused_facts(FACTS, ["lex1", "lex2", "vec1", "vec2"])
         assert scores(found) == approx(
             {key: value + CONFIDENCE_WEIGHT * CONFIDENCE for key, value in expected.items()}
         )
@@ -329,33 +344,39 @@ async def test_the_async_path_gives_the_same_scores(kind: str, database_uri: str
         assert scores(same.search(ctx, QUERY, top_k=2, now=NOW)) == approx(scores(first))
 
 
-# -- embedding calls: the query once per search, a fact once per process -----------------
+# -- the Store's own scores -------------------------------------------------------------------
 
 
-def test_the_query_is_embedded_once_and_each_fact_once_per_process() -> None:
+@pytest.mark.parametrize("distance", ["cosine", "inner_product", "l2"])
+def test_postgres_scores_in_sql_equal_the_stores_own(distance: str, database_uri: str) -> None:
     embeddings = TableEmbeddings(table(FACTS))
-    store = InMemoryStore(index=index_config(embeddings))
-    repo = MemoryRepository(store)
-    ctx = Context(user_id=f"fusion-{uuid.uuid4().hex[:10]}", project_id="fusion-project")
-    seed(repo, ctx, FACTS)
-    repo.add_fact(ctx, "Alpha project.", key="project", scope="project", created_at=CREATED)
-    embeddings.documents.clear()
-    embeddings.queries.clear()
-
-    repo._sources(ctx, QUERY, LIMIT)
-    # The Store embeds the query for each of its two searches; we embed it once more, for
-    # both namespaces, and only the two BM25 matches the vector list missed.
-    assert embeddings.queries == [QUERY] * 3
-    assert sorted(embeddings.documents) == sorted([FACTS["lex1"][0], FACTS["lex2"][0]])
-
-    embeddings.documents.clear()
-    embeddings.queries.clear()
-    repo._sources(ctx, QUERY, LIMIT)
-    assert embeddings.queries == [QUERY] * 2  # the Store's own; ours is cached
-    assert embeddings.documents == []
+    ctx = context()
+    namespace = user_facts(ctx.user_id, ctx.agent_name)
+    config = {**index_config(embeddings), "distance_type": distance}
+    with open_persistence(database_uri, index=config) as persistence:
+        store = persistence.store
+        seed(MemoryRepository(store), ctx, FACTS)
+        metric = store_metric(store)
+        assert metric is not None and metric.sql is not None
+        listed = store.search(namespace, query=QUERY, limit=len(FACTS))
+        from_store = {item.key: float(item.score or 0.0) for item in listed}
+        similarity = QuerySimilarity(store, QUERY)
+        similarity.embed([namespace])
+        assert similarity.vector is not None
+        ours = scored(store, namespace, similarity.vector, list(FACTS), metric.sql)
+        assert ours == approx(from_store)
 
 
-# -- 5: the bound when similarity cannot be measured --------------------------------------
+def test_a_store_whose_vectors_we_cannot_score_has_no_metric() -> None:
+    from langgraph.store.postgres import PostgresStore
+
+    config = {**index_config(TableEmbeddings({})), "distance_type": "hamming"}
+    config["ann_index_config"] = {"vector_type": "bit"}
+    store = PostgresStore(conn=None, index=config)  # type: ignore[arg-type]
+    assert store_metric(store) is None
+
+
+# -- the bound when the Store hides its embedder -------------------------------------------
 
 
 class WrappedStore(BaseStore):
@@ -388,8 +409,9 @@ def test_without_the_embedder_a_missed_match_gets_the_lowest_listed_similarity(
     assert semantic.similarity == approx({"lex1": 0.9, "lex2": 0.9})
     found = {fact.key: fact.score for fact in everything(repo, ctx)}
     relevance = bm25(FACTS)
-    bound = (1 - SEMANTIC_WEIGHT) * relevance["lex1"] / relevance["lex2"] + SEMANTIC_WEIGHT * 0.9
-    assert found["lex1"] == pytest.approx(bound + CONFIDENCE_WEIGHT * CONFIDENCE)
+    similarity = {"lex1": 0.9, "lex2": 0.9, "vec1": 0.95, "vec2": 0.9}
+    expected = fused(relevance, similarity)
+    assert found["lex1"] == pytest.approx(expected["lex1"] + CONFIDENCE_WEIGHT * CONFIDENCE)
 
     # A list shorter than asked for held every embedded fact: one missing from it (stored
     # without an embedding) has no similarity at all.
@@ -402,38 +424,21 @@ def test_without_the_embedder_a_missed_match_gets_the_lowest_listed_similarity(
     assert semantic.similarity == {"unembedded": 0.0}
 
 
-async def test_an_unreachable_embedder_falls_back_to_the_bound(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    embeddings = TableEmbeddings(table(FACTS))
-    repo = MemoryRepository(InMemoryStore(index=index_config(embeddings)))
-    ctx = context()
-    seed(repo, ctx, FACTS)
-    embeddings.fail_documents = True  # the Store still embeds queries (embed_query)
-    with caplog.at_level(logging.WARNING, logger="ctxgraph.store.search.hybrid"):
-        for sources in (
-            repo._sources(ctx, QUERY, LIMIT)[0],
-            (await repo._asources(ctx, QUERY, 2))[0],
-        ):
-            semantic = sources[0].semantic
-            assert semantic is not None and not semantic.exact
-            assert semantic.similarity == approx({"lex1": 0.9, "lex2": 0.9})
-    assert "could not embed candidates" in caplog.text
-
-
 def test_a_neighbour_deleted_before_the_index_refresh_is_dropped() -> None:
     store = InMemoryStore(index=index_config(TableEmbeddings(table(FACTS))))
     repo = MemoryRepository(store)
     ctx = context()
     seed(repo, ctx, FACTS)
     namespace = user_facts(ctx.user_id, ctx.agent_name)
-    near = semantic_hits(store, namespace, QUERY, LIMIT)
-    assert [item.key for item in near.items] == ["vec1", "vec2"]
+    similarity = QuerySimilarity(store, QUERY)
+    similarity.embed([namespace])
+    near = similarity.neighbours(namespace, LIMIT)
+    assert [key for key, _ in near.scores] == ["vec1", "vec2"]
     store.delete(namespace, "vec2")  # between the vector search and the index lookup
-    keys = [item.key for item in near.items]
+    keys = [key for key, _ in near.scores]
     found = fact_index_cache.lookup(store, namespace, tokenize(QUERY), LIMIT, extra_keys=keys)
     assert set(found.extra) == {"vec1"}
-    semantic = QuerySimilarity(store, QUERY).complete(near, found.hits, found.extra)
-    assert [item.key for item in semantic.items] == ["vec1"]
-    fused = fuse([(key, raw) for key, raw, _ in found.hits], semantic)
-    assert set(fused) == {"lex1", "lex2", "vec1"}
+    semantic = similarity.complete(namespace, near, found)
+    assert [key for key, _ in semantic.near] == ["vec1"]
+    [result] = fuse([([(key, raw) for key, raw, _ in found.hits], semantic)])
+    assert set(result) == {"lex1", "lex2", "vec1"}

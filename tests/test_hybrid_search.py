@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 from langchain_core.embeddings import Embeddings
-from langgraph.store.base import SearchItem
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.state import Context
 from ctxgraph.store.memory.repository import MemoryRepository
 from ctxgraph.store.persistence.connection import open_persistence
 from ctxgraph.store.persistence.vector_index import EmbeddingConfigError, embedding_index
-from ctxgraph.store.search.hybrid import Semantic, fuse, semantic_enabled
+from ctxgraph.store.search.hybrid import semantic_enabled
 
 CONCEPTS = {
     "coffee": ("coffee", "espresso", "latte", "咖啡", "拿铁"),
@@ -47,31 +45,10 @@ def index_config() -> Any:
     return {"dims": len(CONCEPTS) + 1, "embed": ConceptEmbeddings(), "fields": ["content"]}
 
 
-def item(key: str, score: float) -> SearchItem:
-    now = datetime.now(UTC)
-    return SearchItem(("ns",), key, {}, now, now, score=score)
-
-
 def seed(repo: MemoryRepository, ctx: Context) -> None:
     repo.add_fact(ctx, "The user drinks a latte every morning.", key="morning_drink")
     repo.add_fact(ctx, "The user plays the violin on weekends.", key="hobby")
     repo.add_fact(ctx, "The user prefers espresso tastings to wine.", key="tastings")
-
-
-def test_fuse_scores_every_candidate_on_both_signals() -> None:
-    # "a" is lexical only (its similarity measured apart: 0.4), "c" semantic only (its
-    # BM25 from the index: -1.0); "d" has no positive similarity and no BM25 hit: dropped.
-    near = [item("b", 0.8), item("c", 0.6), item("d", -0.3)]
-    semantic = Semantic(near, bm25={"c": -1.0, "d": 0.0}, similarity={"a": 0.4})
-    fused = fuse([("a", -4.0), ("b", -2.0)], semantic)
-    assert fused == pytest.approx({"a": -0.7, "b": -0.65, "c": -0.425})
-    assert fuse([], Semantic([item("c", 1.0)], bm25={"c": 0.0}), weight=0.25) == {"c": -0.25}
-    with pytest.raises(ValueError, match="semantic weight"):
-        fuse([], Semantic([]), weight=1.5)
-    with pytest.raises(ValueError, match="no similarity for the lexical candidate 'a'"):
-        fuse([("a", -1.0)], Semantic([]))
-    with pytest.raises(ValueError, match="no BM25 score for the semantic candidate 'c'"):
-        fuse([], Semantic([item("c", 0.5)]))
 
 
 def test_without_a_vector_index_search_stays_lexical() -> None:

@@ -9,11 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from langchain_core.embeddings import Embeddings
 
 from bench.retrieval_eval import (
     PUBLISHED,
     Dialogue,
     ctxgraph_rankings,
+    embedding_rows,
+    embedding_table,
     load_dialogues,
     load_memories,
     main,
@@ -158,3 +161,58 @@ def test_a_madial_bench_checkout_is_read_in_place(
     out = capsys.readouterr().out
     assert "MADial-Bench zh: 3 memories, 1 dialogues" in out
     assert "published: OpenAI embeddings             1.000      1.000   0.500" in out
+
+
+class KiteEmbeddings(Embeddings):
+    """Deterministic: one dimension for kites, one for Christmas, one constant."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _vector(self, text: str) -> list[float]:
+        return [float("风筝" in text), float("圣诞" in text), 0.5]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        return [self._vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.calls += 1
+        return self._vector(text)
+
+
+def test_the_embeddings_table_compares_three_modes_without_a_network(data: Path) -> None:
+    memories = load_memories(data)
+    dialogues = load_dialogues(data)
+    index = {"dims": 3, "embed": KiteEmbeddings(), "fields": ["content"]}
+    rows = embedding_rows(memories, dialogues, index)
+    assert [(row.mode, row.dated) for row in rows] == [
+        (mode, dated) for mode in ("lexical", "hybrid", "dense-only") for dated in (False, True)
+    ]
+    for row in rows:
+        assert row.run.rankings[0][0] == 2  # the kite memory first, in every mode
+        expected = 0.0 if row.mode == "lexical" else 1.0  # one query embedding per search
+        assert row.run.calls_per_search == expected
+    passed, lines = embedding_table(rows)
+    assert passed
+    assert lines[0].split() == [
+        "mode",
+        "facts",
+        "r@5",
+        "MRR@10",
+        "p50",
+        "ms",
+        "embedding",
+        "calls/search",
+    ]
+    assert lines[3].startswith("hybrid      undated   1.000   1.000")
+    assert lines[-1].endswith("PASS")
+
+
+def test_embeddings_without_an_embedding_model_is_one_line(
+    data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CTXGRAPH_EMBEDDING_MODEL", raising=False)
+    assert main(["--data", str(data), "--embeddings"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "CTXGRAPH_EMBEDDING_MODEL" in line

@@ -253,6 +253,13 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "built with build_graph(ranker=...) does (default: the built-in ranking)",
     )
     _command(memory_commands, "process", "run every pending (deferred) memory extraction now")
+    reindex = _command(
+        memory_commands,
+        "reindex",
+        "embed the user's (and project's) facts stored without a vector, e.g. while the "
+        "embedding endpoint was down (needs CTXGRAPH_EMBEDDING_MODEL)",
+    )
+    _identity_arguments(reindex, thread=False)
 
 
 def _forget_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -457,6 +464,8 @@ def _memory(args: argparse.Namespace) -> int:
             return memory.search_memory(
                 store, context, args.query, args.limit, sys.stdout, search_settings, args.ranker
             )
+        if args.memory_command == "reindex":
+            return memory.reindex_memory(store, context, sys.stdout)
         return memory.list_memory(store, context, sys.stdout, problems=args.problems)
 
 

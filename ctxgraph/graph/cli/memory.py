@@ -24,6 +24,7 @@ from ctxgraph.store.memory.bundle import (
 from ctxgraph.store.memory.ranking import Ranker
 from ctxgraph.store.memory.repository import Fact, MemoryRepository
 from ctxgraph.store.memory.rules import DEFAULT_THRESHOLD
+from ctxgraph.store.search.hybrid import semantic_enabled
 
 if TYPE_CHECKING:
     from langgraph.store.base import BaseStore
@@ -175,6 +176,19 @@ def search_memory(
         out.write(f"No remembered fact of {_who(context)} matches {query!r}.\n")
         return 0
     out.write("".join(f"{fact.score:7.3f} {fact_line(fact)}\n" for fact in facts))
+    return 0
+
+
+def reindex_memory(store: BaseStore, context: Context, out: TextIO) -> int:
+    """Embed the facts stored without a vector; print how many. 1 without a vector index."""
+    if not semantic_enabled(store):
+        out.write(
+            "No embedding model is configured (CTXGRAPH_EMBEDDING_MODEL): facts have no "
+            "vectors to make.\n"
+        )
+        return 1
+    count = MemoryRepository(store).reindex(context)
+    out.write(f"Embedded {plural(count, 'fact')} of {_who(context)} that had no vector.\n")
     return 0
 
 

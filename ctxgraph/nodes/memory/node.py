@@ -43,6 +43,7 @@ from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
+from ctxgraph.store.search.vectors import aput_facts, put_facts
 
 logger = logging.getLogger("ctxgraph.memory")
 
@@ -230,7 +231,7 @@ class MemoryNodes:
             plan.extracted(result)
             extraction_event(job, rows, result)
             usage = usage_of(result)
-        job.store.batch(plan.writes(rows))
+        put_facts(job.store, plan.writes(rows))
         if plan.claimed:  # background extractions of earlier turns, counted now
             usage = {USAGE_KEY: usage_update(*plan.claimed)}
         if plan.handed_on:
@@ -257,7 +258,7 @@ class MemoryNodes:
             plan.extracted(result)
             extraction_event(job, rows, result)
             usage = usage_of(result)
-        await job.store.abatch(plan.writes(rows))
+        await aput_facts(job.store, plan.writes(rows))
         if plan.claimed:  # background extractions of earlier turns, counted now
             usage = {USAGE_KEY: usage_update(*plan.claimed)}
         if plan.handed_on:

@@ -53,6 +53,7 @@ from ctxgraph.store.memory.repository import BATCH, MemoryRepository
 from ctxgraph.store.memory.rules import DEFAULT_THRESHOLD, Category, normalize_text, slug_key
 from ctxgraph.store.memory.writes import PROFILE_KEY, PROFILE_SECTIONS, FactWrite, utc
 from ctxgraph.store.namespaces import project_facts, user_facts, user_profile
+from ctxgraph.store.search.vectors import aput_facts, put_facts
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -520,7 +521,7 @@ def import_bundle(
     stored = _items(store.batch(_reads(entries))) if entries else []
     result, writes = _decide(entries, stored, dry_run)
     for start in range(0, len(writes), BATCH):
-        store.batch(writes[start : start + BATCH])
+        put_facts(store, writes[start : start + BATCH])
     return result
 
 
@@ -540,5 +541,5 @@ async def aimport_bundle(
     stored = _items(await store.abatch(_reads(entries))) if entries else []
     result, writes = _decide(entries, stored, dry_run)
     for start in range(0, len(writes), BATCH):
-        await store.abatch(writes[start : start + BATCH])
+        await aput_facts(store, writes[start : start + BATCH])
     return result

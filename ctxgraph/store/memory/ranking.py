@@ -14,14 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.facts import (
-    Fact,
-    FactScope,
-    Problem,
-    fact_from_value,
-    parse_fact,
-    report_problem,
-)
+from ctxgraph.store.memory.facts import Fact, FactScope, fact_from_value
 from ctxgraph.store.search.hybrid import Semantic, fuse
 from ctxgraph.store.search.index import Hit
 from ctxgraph.store.search.scoring import AgeFrom, days_between, score_at_age, utc_micros
@@ -109,28 +102,25 @@ _Scored = tuple[float, int, str, FactScope, Mapping[str, Any]]
 def _scored(sources: Sequence[Source], now: datetime | None, age_from: AgeFrom) -> list[_Scored]:
     """Every candidate with its ``final_score``, best first.
 
-    Ties go to the newer fact, then to the smaller id.
+    In hybrid mode the candidates of every source are fused on one scale
+    (``store.search.hybrid.fuse``) and aged by ``fused_time_factor``. Ties go to the newer
+    fact, then to the smaller id.
     """
     current = utc_micros(now if now is not None else datetime.now(UTC))
     moment_key = "confirmed_at" if age_from == "confirmed" else "created_at"
+    hybrid = [source for source in sources if source.semantic is not None]
+    fused = iter(
+        fuse([([(k, raw) for k, raw, _ in s.hits], s.semantic) for s in hybrid if s.semantic])
+    )
     scored: list[_Scored] = []
     for source in sources:
         values: dict[str, Mapping[str, Any]] = {key: value for key, _, value in source.hits}
-        lexical = [(key, raw) for key, raw, _ in source.hits]
         if source.semantic is None:
-            raw_scores = dict(lexical)
+            raw_scores = {key: raw for key, raw, _ in source.hits}
         else:
-            raw_scores = fuse(lexical, source.semantic)
-            near = {item.key: item for item in source.semantic.items}
-            for key in raw_scores:
-                if key not in values and key in near:
-                    # Not from the index (which holds only well-formed facts): check it.
-                    item = near[key]
-                    parsed = parse_fact(tuple(item.namespace), key, item.value, source.scope)
-                    if isinstance(parsed, Problem):
-                        report_problem(parsed)
-                    else:
-                        values[key] = item.value
+            raw_scores = next(fused)
+            for key, value in source.semantic.values.items():
+                values.setdefault(key, value)
         for key, raw in raw_scores.items():
             if key not in values:
                 continue
@@ -140,7 +130,8 @@ def _scored(sources: Sequence[Source], now: datetime | None, age_from: AgeFrom) 
             created = utc_micros(value["created_at"])
             moment = created if moment_key == "created_at" else utc_micros(value[moment_key])
             days = days_between(moment, current)
-            score = score_at_age(raw, float(value.get("confidence", 0.0)), days)
+            confidence = float(value.get("confidence", 0.0))
+            score = score_at_age(raw, confidence, days, fused=source.semantic is not None)
             scored.append((score, created, key, source.scope, value))
     scored.sort(key=lambda entry: (-entry[0], -entry[1], entry[2]))
     return scored

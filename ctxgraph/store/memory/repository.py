@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Literal
 
-from langgraph.store.base import BaseStore, GetOp, Item
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.state.context import Context, ContextError
 from ctxgraph.state.messages import safe_text, unstorable_position, unstorable_problem
@@ -51,13 +51,15 @@ from ctxgraph.store.memory.writes import (
 )
 from ctxgraph.store.namespaces import project_facts, user_facts, user_profile
 from ctxgraph.store.search.hybrid import (
+    EmbeddingError,
     QuerySimilarity,
-    asemantic_hits,
+    lexical_fallback,
+    reindex,
     semantic_enabled,
-    semantic_hits,
 )
 from ctxgraph.store.search.index import fact_index_cache
 from ctxgraph.store.search.scoring import AgeFrom, tokenize
+from ctxgraph.store.search.vectors import aput_facts, put_facts
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -234,7 +236,7 @@ class MemoryRepository:
             provenance,
         )
         value = plan.value(self.store.get(plan.namespace, plan.key))
-        self.store.put(plan.namespace, plan.key, value, index=plan.index)
+        put_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
         return plan.fact(value)
 
     async def aadd_fact(
@@ -266,7 +268,7 @@ class MemoryRepository:
             provenance,
         )
         value = plan.value(await self.store.aget(plan.namespace, plan.key))
-        await self.store.aput(plan.namespace, plan.key, value, index=plan.index)
+        await aput_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
         return plan.fact(value)
 
     def add_facts(
@@ -311,11 +313,12 @@ class MemoryRepository:
         for start in range(0, len(plans), BATCH):
             chunk = plans[start : start + BATCH]
             stored = self.store.batch([GetOp(plan.namespace, plan.key) for plan in chunk])
-            self.store.batch(
+            put_facts(
+                self.store,
                 [
                     plan.put_op(old if isinstance(old, Item) else None)
                     for plan, old in zip(chunk, stored, strict=True)
-                ]
+                ],
             )
         return len(plans)
 
@@ -398,7 +401,7 @@ class MemoryRepository:
         if plan is None:
             return None
         value = plan.value(self.store.get(plan.namespace, plan.key))
-        self.store.put(plan.namespace, plan.key, value, index=plan.index)
+        put_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
         return plan.fact(value)
 
     async def aremember(
@@ -416,7 +419,7 @@ class MemoryRepository:
         if plan is None:
             return None
         value = plan.value(await self.store.aget(plan.namespace, plan.key))
-        await self.store.aput(plan.namespace, plan.key, value, index=plan.index)
+        await aput_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
         return plan.fact(value)
 
     def _remember_write(
@@ -582,40 +585,78 @@ class MemoryRepository:
             )
         return ranked[:top_k]
 
+    def reindex(self, context: Context) -> int:
+        """Embed the facts of this user and agent (and project) that have no vector.
+
+        A fact whose vector could not be made when it was written (the embedding endpoint
+        was down) is stored without one; a search embeds those it meets, this embeds them
+        all. Nothing happens without a vector index.
+
+        Args:
+            context: Whose memory: this user and agent, and the context's project.
+
+        Returns:
+            How many facts were embedded.
+
+        """
+        embedded = 0
+        for namespace, _ in self._search_scopes(context):
+            values = dict(fact_index_cache.values(self.store, namespace))
+            embedded += reindex(self.store, namespace, values)
+        return embedded
+
+    def _similarity(self, query: str) -> QuerySimilarity | None:
+        """The semantic side of a search for ``query``; None in lexical mode."""
+        if semantic_enabled(self.store) and bool(query.strip()):
+            return QuerySimilarity(self.store, query)
+        return None
+
     def _sources(
         self, context: Context, query: str, limit: int, leading: int = 0
     ) -> tuple[list[Source], list[LeadingFact]]:
         """Candidates per namespace, each namespace refreshed once.
 
         ``limit`` BM25 (and semantic) candidates for ``query`` and, with ``leading``, that
-        many of the most confident corrections and facts. In hybrid mode the Store's
-        neighbours are asked for first, so the index refresh that follows covers them and
-        gives their exact BM25; the BM25 hits they miss get their similarity (the query
-        embedded once for every namespace).
+        many of the most confident corrections and facts. In hybrid mode the query is
+        embedded once and the nearest stored vectors are asked for first, so the index
+        refresh that follows covers them and gives their exact BM25; the BM25 hits they
+        miss are scored against the same query vector. When the embedder fails, this
+        search is lexical (one warning).
         """
         terms = tokenize(query)
-        hybrid = semantic_enabled(self.store) and bool(query.strip())
-        similarity = QuerySimilarity(self.store, query) if hybrid else None
+        similarity = self._similarity(query)
+        if similarity is not None:
+            try:
+                similarity.embed([space for space, _ in self._search_scopes(context)])
+                return self._gathered(context, terms, similarity, limit, leading)
+            except EmbeddingError as error:
+                lexical_fallback(error)
+        return self._gathered(context, terms, None, limit, leading)
+
+    def _gathered(
+        self,
+        context: Context,
+        terms: Sequence[str],
+        similarity: QuerySimilarity | None,
+        limit: int,
+        leading: int,
+    ) -> tuple[list[Source], list[LeadingFact]]:
         sources: list[Source] = []
         first: list[LeadingFact] = []
         for namespace, scope in self._search_scopes(context):
-            if similarity is None:
-                found = fact_index_cache.lookup(
-                    self.store, namespace, terms, limit, leading=leading
-                )
-                sources.append(Source(scope, found.hits))
-            else:
-                near = semantic_hits(self.store, namespace, query, limit)
-                found = fact_index_cache.lookup(
-                    self.store,
-                    namespace,
-                    terms,
-                    limit,
-                    leading=leading,
-                    extra_keys=[item.key for item in near.items],
-                )
-                semantic = similarity.complete(near, found.hits, found.extra)
-                sources.append(Source(scope, found.hits, semantic))
+            near = None if similarity is None else similarity.neighbours(namespace, limit)
+            found = fact_index_cache.lookup(
+                self.store,
+                namespace,
+                terms,
+                limit,
+                leading=leading,
+                extra_keys=[] if near is None else [key for key, _ in near.scores],
+            )
+            semantic = None
+            if similarity is not None and near is not None:
+                semantic = similarity.complete(namespace, near, found)
+            sources.append(Source(scope, found.hits, semantic))
             first += [(scope, key, value) for key, value in found.leading]
         return sources, first
 
@@ -624,28 +665,41 @@ class MemoryRepository:
     ) -> tuple[list[Source], list[LeadingFact]]:
         """Async :meth:`_sources`."""
         terms = tokenize(query)
-        hybrid = semantic_enabled(self.store) and bool(query.strip())
-        similarity = QuerySimilarity(self.store, query) if hybrid else None
+        similarity = self._similarity(query)
+        if similarity is not None:
+            try:
+                await similarity.aembed(
+                    [namespace for namespace, _ in self._search_scopes(context)]
+                )
+                return await self._agathered(context, terms, similarity, limit, leading)
+            except EmbeddingError as error:
+                lexical_fallback(error)
+        return await self._agathered(context, terms, None, limit, leading)
+
+    async def _agathered(
+        self,
+        context: Context,
+        terms: Sequence[str],
+        similarity: QuerySimilarity | None,
+        limit: int,
+        leading: int,
+    ) -> tuple[list[Source], list[LeadingFact]]:
         sources: list[Source] = []
         first: list[LeadingFact] = []
         for namespace, scope in self._search_scopes(context):
-            if similarity is None:
-                found = await fact_index_cache.alookup(
-                    self.store, namespace, terms, limit, leading=leading
-                )
-                sources.append(Source(scope, found.hits))
-            else:
-                near = await asemantic_hits(self.store, namespace, query, limit)
-                found = await fact_index_cache.alookup(
-                    self.store,
-                    namespace,
-                    terms,
-                    limit,
-                    leading=leading,
-                    extra_keys=[item.key for item in near.items],
-                )
-                semantic = await similarity.acomplete(near, found.hits, found.extra)
-                sources.append(Source(scope, found.hits, semantic))
+            near = None if similarity is None else await similarity.aneighbours(namespace, limit)
+            found = await fact_index_cache.alookup(
+                self.store,
+                namespace,
+                terms,
+                limit,
+                leading=leading,
+                extra_keys=[] if near is None else [key for key, _ in near.scores],
+            )
+            semantic = None
+            if similarity is not None and near is not None:
+                semantic = await similarity.acomplete(namespace, near, found)
+            sources.append(Source(scope, found.hits, semantic))
             first += [(scope, key, value) for key, value in found.leading]
         return sources, first
 

@@ -1,27 +1,30 @@
-"""Optional hybrid retrieval: the Store's vector index fused with BM25, when configured.
+"""Optional hybrid retrieval: the Store's vectors fused with BM25, when configured.
 
 A Store built with an ``index`` config (an embedding model; pgvector in Postgres) embeds
-each fact's ``content``. Search then asks it for semantic neighbours as well, and every
-candidate of the union of the two lists is scored on both signals before the usual
-age/confidence rerank:
-``R = (1 - w) * R_bm25 / max(R_bm25) + w * max(0, similarity)``, the max taken over the
-union.
+each fact's ``content`` when it is written. A search embeds its query once
+(:class:`QuerySimilarity`), asks the Store's vectors for the nearest facts of each
+namespace and scores every BM25 match against the same query vector, in SQL on Postgres
+(``store.search.vectors``): no fact that already has a vector is embedded again. A fact
+without one (stored while the endpoint was down) is embedded then, its vector written
+back, and kept in a small per-process cache (:data:`EMBEDDING_CACHE_SIZE` texts, LRU).
 
-- A neighbour the BM25 list missed gets its exact BM25 from the in-process index
-  (``FactIndexCache.lookup(..., extra_keys=...)``): 0 only when no query term occurs in it.
-- A BM25 match the vector list missed gets its exact similarity when the Store exposes its
-  embedder and a metric we can reproduce: ``InMemoryStore`` scores the cosine of
-  ``embed_query(query)`` and the fact's ``embed_documents`` vector; ``PostgresStore``
-  scores pgvector's ``distance_type`` (``cosine``, the default: 1 - cosine distance;
-  ``inner_product``: the dot product; ``l2``: minus the distance) with the query embedded
-  by ``embed_documents``, in single (``vector``) or half (``halfvec``) precision. Facts
-  embedded here are cached per process (:data:`EMBEDDING_CACHE_SIZE` texts, LRU).
-- Otherwise (a LangGraph server's store wrapper that hides its embedder, another Store
-  class, another vector type, an embedder that fails) it gets an upper bound, never 0:
-  the lowest similarity of the Store's list when that list was full, since a fact outside
-  the top ``limit`` cannot be more similar than the last one in it (approximately so under
-  an approximate ANN index). When the list was not full, every embedded fact was in it, so
-  a fact missing from it has no embedding and its similarity is 0.
+:func:`fuse` puts both signals on one scale per query, over the candidates of every
+namespace searched (user and project alike):
+``R = B * ((1 - w) * bm25 / B + w * (s - s_min) / (s_max - s_min))``, where ``B`` is the
+best BM25 among the candidates and ``s`` the similarity. An embedding model's cosines sit
+in a narrow band (say 0.85-0.91 for every fact), so raw they would add the same amount to
+every candidate; min-max spreads them over 0..1. ``R`` stays in BM25 units, so the
+confidence term weighs as much against it as in lexical mode, and the age factor acts on
+it within :data:`~ctxgraph.store.search.scoring.FUSED_TIME_FACTOR_FLOOR`.
+
+When the Store hides its embedder (a LangGraph server's store wrapper, another Store
+class, another vector type), its own ``search(query=...)`` gives the neighbours, and a
+BM25 match it did not list gets an upper bound, never 0: the lowest similarity of the
+Store's list when that list was full (no fact outside it is more similar), else 0 (every
+embedded fact was in it).
+
+Any embedding failure during a search raises :class:`EmbeddingError`; the
+repository then ranks that search lexically, with one warning.
 """
 
 from __future__ import annotations
@@ -31,18 +34,34 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.embeddings import Embeddings
-from langgraph.store.base import BaseStore, SearchItem, get_text_at_path, tokenize_path
+from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
 from ctxgraph.store.persistence.vector_index import FACT_INDEX_FIELDS
 from ctxgraph.store.search.index import Hit
+from ctxgraph.store.search.vectors import (
+    VECTOR_FIELD,
+    VectorSql,
+    amemory_scores,
+    anearest,
+    areembed,
+    asave,
+    ascored,
+    memory_scores,
+    nearest,
+    reembed,
+    save,
+    scored,
+    unembedded,
+    vector_sql,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,28 +71,38 @@ __all__ = [
     "EMBEDDING_CACHE_SIZE",
     "FACT_INDEX_FIELDS",
     "SEMANTIC_WEIGHT",
+    "EmbeddingError",
     "Neighbours",
     "QuerySimilarity",
     "Semantic",
     "StoreMetric",
-    "asemantic_hits",
     "clear_embedding_cache",
     "fuse",
+    "lexical_fallback",
+    "reindex",
     "semantic_enabled",
-    "semantic_hits",
     "store_metric",
 ]
 
 logger = logging.getLogger(__name__)
 
 SEMANTIC_WEIGHT = 0.5
-"""Share of the fused relevance that comes from semantic similarity."""
+"""Share of the fused relevance that comes from (normalised) semantic similarity."""
 
 EMBEDDING_CACHE_SIZE = 4096
-"""Texts whose embedding this process keeps (least recently used dropped first)."""
+"""Texts without a stored vector whose embedding this process keeps (LRU)."""
 
 SERVER_STORE_ENV = "LANGGRAPH_STORE"
 """Where a LangGraph server publishes ``langgraph.json``'s ``store`` config (as JSON)."""
+
+
+class EmbeddingError(Exception):
+    """The embedder failed during a search; the search falls back to lexical ranking."""
+
+
+def lexical_fallback(error: EmbeddingError) -> None:
+    """Log the one line that says a search was ranked lexically, and why."""
+    logger.warning("hybrid search: %s; ranking this search lexically", error)
 
 
 def semantic_enabled(store: BaseStore, environ: Mapping[str, str] | None = None) -> bool:
@@ -100,42 +129,6 @@ def _has_index(raw: str) -> bool:
     return isinstance(config, dict) and bool(config.get("index"))
 
 
-# -- the Store's neighbours ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Neighbours:
-    """The Store's nearest facts of one namespace for a query."""
-
-    items: list[SearchItem]
-    """The nearest facts of exactly the namespace, best first."""
-    floor: float | None
-    """The lowest similarity of the Store's list when it held ``limit`` scored facts (no
-    fact missing from it is more similar), else None (every embedded fact was in it)."""
-
-
-def _neighbours(found: Sequence[SearchItem], namespace: tuple[str, ...], limit: int) -> Neighbours:
-    # The list ranks the whole namespace prefix, so the bound comes from all of it.
-    scores = [float(item.score) for item in found if item.score is not None]
-    floor = min(scores) if scores and len(scores) >= limit else None
-    return Neighbours([item for item in found if item.namespace == namespace], floor)
-
-
-def semantic_hits(
-    store: BaseStore, namespace: tuple[str, ...], query: str, limit: int
-) -> Neighbours:
-    """The ``limit`` nearest facts of exactly ``namespace`` by embedding similarity."""
-    return _neighbours(store.search(namespace, query=query, limit=limit), namespace, limit)
-
-
-async def asemantic_hits(
-    store: BaseStore, namespace: tuple[str, ...], query: str, limit: int
-) -> Neighbours:
-    """Async :func:`semantic_hits`."""
-    found = await store.asearch(namespace, query=query, limit=limit)
-    return _neighbours(found, namespace, limit)
-
-
 # -- the Store's metric ----------------------------------------------------------------
 
 Distance = Literal["cosine", "inner_product", "l2"]
@@ -150,11 +143,10 @@ class StoreMetric:
     distance: Distance
     """``cosine``: cosine similarity; ``inner_product``: dot product; ``l2``: minus the
     Euclidean distance (pgvector's scores, and ``InMemoryStore``'s cosine)."""
-    query_as_document: bool
-    """Whether the Store embeds the query with ``embed_documents`` (Postgres) rather than
-    ``embed_query`` (``InMemoryStore``)."""
     precision: Precision
     """Precision the Store keeps vectors in (pgvector ``vector``: single; ``halfvec``: half)."""
+    sql: VectorSql | None = None
+    """How Postgres scores its stored vectors (None for ``InMemoryStore``)."""
 
 
 def store_metric(store: BaseStore) -> StoreMetric | None:
@@ -173,7 +165,7 @@ def store_metric(store: BaseStore) -> StoreMetric | None:
     if not isinstance(embeddings, Embeddings):
         return None
     if isinstance(store, InMemoryStore):
-        return StoreMetric(embeddings, "cosine", query_as_document=False, precision="double")
+        return StoreMetric(embeddings, "cosine", precision="double")
     if isinstance(store, PostgresStore | AsyncPostgresStore):
         distances: dict[object, Distance] = {
             "cosine": "cosine",
@@ -183,10 +175,11 @@ def store_metric(store: BaseStore) -> StoreMetric | None:
         precisions: dict[object, Precision] = {"vector": "single", "halfvec": "half"}
         ann = config.get("ann_index_config") or {}
         distance = distances.get(config.get("distance_type", "cosine"))
-        precision = precisions.get(ann.get("vector_type", "vector"))
+        vector_type = ann.get("vector_type", "vector")
+        precision = precisions.get(vector_type)
         if distance is None or precision is None:
             return None  # e.g. bit vectors with hamming distance
-        return StoreMetric(embeddings, distance, query_as_document=True, precision=precision)
+        return StoreMetric(embeddings, distance, precision, vector_sql(distance, vector_type))
     return None
 
 
@@ -258,183 +251,354 @@ def clear_embedding_cache() -> None:
 
 
 @dataclass(frozen=True)
+class Neighbours:
+    """The nearest facts of one namespace for a query, best first."""
+
+    scores: list[tuple[str, float]]
+    """Key and similarity of each neighbour."""
+    floor: float | None = None
+    """When the Store's own search listed them and its list was full: its lowest
+    similarity (no fact missing from it is more similar); else None."""
+
+
+@dataclass(frozen=True)
 class Semantic:
     """The vector side of one namespace's candidates, completed for the union."""
 
-    items: list[SearchItem]
-    """The Store's nearest facts of the namespace, best first."""
+    near: list[tuple[str, float]]
+    """The nearest facts of the namespace and their similarity, best first."""
     bm25: Mapping[str, float] = field(default_factory=dict)
     """Raw BM25 (FTS5 sign; 0.0 when no query term occurs) of neighbours, from the index."""
     similarity: Mapping[str, float] = field(default_factory=dict)
-    """Similarity of the BM25 matches the Store's list did not score."""
+    """Similarity of the BM25 matches that are not neighbours."""
+    values: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Stored values of the neighbours, as the index holds them."""
     exact: bool = True
     """Whether ``similarity`` was measured (else it is the upper bound described above)."""
-
-
-def _texts(value: Mapping[str, Any]) -> list[str]:
-    """The texts the Store embedded for a fact (stored with ``index=FACT_INDEX_FIELDS``)."""
-    return [
-        text for path in FACT_INDEX_FIELDS for text in get_text_at_path(value, tokenize_path(path))
-    ]
 
 
 def _indexed(near: Neighbours, bm25: Mapping[str, float]) -> Neighbours:
     """``near`` without the facts the index lookup (made after it) no longer holds.
 
     The lookup scores every neighbour it indexes, so a neighbour without a BM25 score was
-    deleted between the Store's vector search and the index refresh.
+    deleted between the vector search and the index refresh.
     """
-    if all(item.key in bm25 for item in near.items):
-        return near
-    return Neighbours([item for item in near.items if item.key in bm25], near.floor)
+    return Neighbours([(key, s) for key, s in near.scores if key in bm25], near.floor)
+
+
+def _problem(error: Exception) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else 'no message'}"
 
 
 class QuerySimilarity:
-    """One search's similarities: the query is embedded once, for every namespace."""
+    """One search's semantic side: the query embedded once, for every namespace.
+
+    :meth:`embed` (or :meth:`aembed`) first, with every namespace the search reads; then
+    per namespace :meth:`neighbours` and, after the index lookup, :meth:`complete`.
+    Embedder failures raise :class:`EmbeddingError`.
+    """
 
     def __init__(self, store: BaseStore, query: str) -> None:
+        self.store = store
         self.query = query
         self.metric = store_metric(store)
-        self._query_vector: list[float] | None = None
+        self.vector: list[float] | None = None
+        """The query's vector (Postgres), once embedded."""
+        self.memory: dict[tuple[str, ...], dict[str, float | None]] | None = None
+        """``InMemoryStore``: every fact's similarity per namespace (None: no vector)."""
 
-    def _missing(self, near: Neighbours, hits: Sequence[Hit]) -> dict[str, list[str]]:
-        scored = {item.key for item in near.items if item.score is not None}
-        return {key: _texts(value) for key, _, value in hits if key not in scored}
+    def embed(self, namespaces: Sequence[tuple[str, ...]]) -> None:
+        """Embed the query (with the embedder's query instruction), once."""
+        if self.metric is None or self.vector is not None or self.memory is not None:
+            return
+        try:
+            if isinstance(self.store, InMemoryStore):
+                self.memory = memory_scores(self.store, namespaces, self.query)
+            else:
+                self.vector = list(self.metric.embeddings.embed_query(self.query))
+        except Exception as error:
+            raise EmbeddingError(f"could not embed the query ({_problem(error)})") from error
 
-    def _bounded(self, near: Neighbours, missing: Mapping[str, object]) -> dict[str, float]:
-        bound = near.floor if near.floor is not None else 0.0
-        return dict.fromkeys(missing, bound)
+    async def aembed(self, namespaces: Sequence[tuple[str, ...]]) -> None:
+        """Async :meth:`embed`."""
+        if self.metric is None or self.vector is not None or self.memory is not None:
+            return
+        try:
+            if isinstance(self.store, InMemoryStore):
+                self.memory = await amemory_scores(self.store, namespaces, self.query)
+            else:
+                self.vector = list(await self.metric.embeddings.aembed_query(self.query))
+        except Exception as error:
+            raise EmbeddingError(f"could not embed the query ({_problem(error)})") from error
 
-    def _measured(
-        self, missing: Mapping[str, list[str]], vectors: Mapping[str, list[float]]
+    def _sql(self) -> VectorSql | None:
+        return None if self.metric is None else self.metric.sql
+
+    def _from_memory(self, namespace: tuple[str, ...], limit: int) -> Neighbours | None:
+        if self.memory is None:
+            return None
+        scores = [(k, s) for k, s in self.memory.get(namespace, {}).items() if s is not None]
+        return Neighbours(sorted(scores, key=lambda pair: (-pair[1], pair[0]))[:limit])
+
+    def neighbours(self, namespace: tuple[str, ...], limit: int) -> Neighbours:
+        """The ``limit`` facts of exactly ``namespace`` nearest the query."""
+        if (listed := self._from_memory(namespace, limit)) is not None:
+            return listed
+        if self.vector is None:
+            found = self.store.search(namespace, query=self.query, limit=limit)
+            return self._listed(namespace, limit, found)
+        return Neighbours(nearest(self.store, namespace, self.vector, limit, self._sql()))
+
+    async def aneighbours(self, namespace: tuple[str, ...], limit: int) -> Neighbours:
+        """Async :meth:`neighbours`."""
+        if (listed := self._from_memory(namespace, limit)) is not None:
+            return listed
+        if self.vector is None:
+            found = await self.store.asearch(namespace, query=self.query, limit=limit)
+            return self._listed(namespace, limit, found)
+        return Neighbours(await anearest(self.store, namespace, self.vector, limit, self._sql()))
+
+    @staticmethod
+    def _listed(namespace: tuple[str, ...], limit: int, found: Sequence[Any]) -> Neighbours:
+        # The list ranks the whole namespace prefix, so the bound comes from all of it.
+        scores = [float(item.score) for item in found if item.score is not None]
+        floor = min(scores) if scores and len(scores) >= limit else None
+        own = [
+            (item.key, float(item.score))
+            for item in found
+            if item.namespace == namespace and item.score is not None
+        ]
+        return Neighbours(own, floor)
+
+    def _missing(self, near: Neighbours, hits: Sequence[Hit]) -> list[str]:
+        listed = {key for key, _ in near.scores}
+        return [key for key, _, _ in hits if key not in listed]
+
+    def _bounded(self, near: Neighbours, missing: Sequence[str]) -> dict[str, float]:
+        return dict.fromkeys(missing, near.floor if near.floor is not None else 0.0)
+
+    def _texts(self, hits: Sequence[Hit], keys: Sequence[str]) -> dict[str, str]:
+        wanted = set(keys)
+        return {key: str(value.get(VECTOR_FIELD, "")) for key, _, value in hits if key in wanted}
+
+    def _embedded(
+        self, texts: Mapping[str, str], vectors: Mapping[str, list[float]]
     ) -> dict[str, float]:
-        assert self.metric is not None and self._query_vector is not None
-        pairs = [(key, text) for key, texts in missing.items() for text in texts]
-        scores = _similarities(self.metric, self._query_vector, [vectors[t] for _, t in pairs])
-        measured = dict.fromkeys(missing, 0.0)  # no text, no embedding: no similarity
-        best: dict[str, float] = {}
-        for (key, _), score in zip(pairs, scores, strict=True):
-            best[key] = max(best.get(key, score), score)  # max over a fact's texts, as stored
-        measured.update(best)
-        return measured
+        assert self.metric is not None and self.vector is not None
+        keys = [key for key, text in texts.items() if text in vectors]
+        found = _similarities(self.metric, self.vector, [vectors[texts[k]] for k in keys])
+        similarity = dict.fromkeys(texts, 0.0)  # no text, no embedding: no similarity
+        similarity.update(zip(keys, found, strict=True))
+        return similarity
 
-    def _plan(self, missing: Mapping[str, list[str]]) -> tuple[list[str], dict[str, list[float]]]:
-        """Texts still to embed, and the cached vectors of the others."""
-        assert self.metric is not None
-        texts = list(dict.fromkeys(t for group in missing.values() for t in group))
-        if self._query_vector is None:
-            kind = "document" if self.metric.query_as_document else "query"
-            known = _cached(self.metric.embeddings, kind, [self.query])
-            self._query_vector = known.get(self.query)
-        vectors = _cached(self.metric.embeddings, "document", texts)
-        return [t for t in texts if t not in vectors], vectors
-
-    def _failed(self, error: Exception) -> None:
-        logger.warning(
-            "hybrid search: could not embed candidates (%s); bounding their similarity", error
-        )
-
-    def complete(
-        self, near: Neighbours, hits: Sequence[Hit], bm25: Mapping[str, float]
+    def _semantic(
+        self, near: Neighbours, lookup: Any, similarity: Mapping[str, float], exact: bool
     ) -> Semantic:
-        """Both signals for every candidate of ``near`` and ``hits``.
+        return Semantic(near.scores, lookup.extra, similarity, lookup.extra_values, exact)
 
-        ``bm25`` holds the neighbours' raw BM25 (from the same index lookup as ``hits``);
-        each BM25 hit the Store's list did not score gets its similarity.
+    def _in_memory(
+        self, namespace: tuple[str, ...], near: Neighbours, lookup: Any, missing: Sequence[str]
+    ) -> tuple[Semantic, dict[str, Any]]:
+        """The in-memory store's side, and the facts it holds no vector for (to re-embed).
+
+        Those get the namespace's lowest similarity this time (not measured: ``exact`` is
+        False); once re-embedded, the next search scores them.
         """
-        near = _indexed(near, bm25)
-        missing = self._missing(near, hits)
-        if not missing:
-            return Semantic(near.items, bm25, {}, True)
-        if self.metric is not None:
-            try:
-                todo, vectors = self._plan(missing)
-                if self._query_vector is None:
-                    self._query_vector = self._embed_query_sync()
-                if todo:
-                    embedded = self.metric.embeddings.embed_documents(todo)
-                    vectors.update(_remember(self.metric.embeddings, "document", todo, embedded))
-                return Semantic(near.items, bm25, self._measured(missing, vectors), True)
-            except Exception as error:  # any embedder failure: bound instead
-                self._failed(error)
-        return Semantic(near.items, bm25, self._bounded(near, missing), False)
+        assert self.memory is not None
+        scores = self.memory.get(namespace, {})
+        found = {key: s for key in missing if (s := scores.get(key)) is not None}
+        values = {
+            key: value for key, _, value in lookup.hits if key in missing and key not in found
+        }
+        if values:
+            low = min((s for s in scores.values() if s is not None), default=0.0)
+            found.update(dict.fromkeys(values, low))
+        return self._semantic(near, lookup, found, not values), values
+
+    def complete(self, namespace: tuple[str, ...], near: Neighbours, lookup: Any) -> Semantic:
+        """Both signals for every candidate of ``near`` and of the index ``lookup``.
+
+        ``lookup`` (a ``store.search.index.Lookup`` made with the neighbours as its
+        ``extra_keys``) gives their BM25 and values; each BM25 hit that is not a neighbour
+        gets its similarity from its stored vector, or, without one, from a vector made
+        now and written back.
+        """
+        near = _indexed(near, lookup.extra)
+        missing = self._missing(near, lookup.hits)
+        if self.memory is not None:
+            semantic, values = self._in_memory(namespace, near, lookup, missing)
+            _embedding(reembed, self.store, namespace, values)
+            return semantic
+        if self.metric is None or self.vector is None:
+            return self._semantic(near, lookup, self._bounded(near, missing), False)
+        found = scored(self.store, namespace, self.vector, missing, self._sql())
+        texts = self._texts(lookup.hits, [key for key in missing if key not in found])
+        if texts:
+            todo, vectors = self._plan(texts)
+            if todo:
+                made = _embedding(self.metric.embeddings.embed_documents, todo)
+                vectors.update(_remember(self.metric.embeddings, "document", todo, made))
+            save(self.store, namespace, self._made(texts, vectors), self._cast())
+            found.update(self._embedded(texts, vectors))
+        return self._semantic(near, lookup, found, True)
 
     async def acomplete(
-        self, near: Neighbours, hits: Sequence[Hit], bm25: Mapping[str, float]
+        self, namespace: tuple[str, ...], near: Neighbours, lookup: Any
     ) -> Semantic:
         """Async :meth:`complete`."""
-        near = _indexed(near, bm25)
-        missing = self._missing(near, hits)
-        if not missing:
-            return Semantic(near.items, bm25, {}, True)
-        if self.metric is not None:
-            try:
-                todo, vectors = self._plan(missing)
-                if self._query_vector is None:
-                    self._query_vector = await self._aembed_query()
-                if todo:
-                    embedded = await self.metric.embeddings.aembed_documents(todo)
-                    vectors.update(_remember(self.metric.embeddings, "document", todo, embedded))
-                return Semantic(near.items, bm25, self._measured(missing, vectors), True)
-            except Exception as error:  # any embedder failure: bound instead
-                self._failed(error)
-        return Semantic(near.items, bm25, self._bounded(near, missing), False)
+        near = _indexed(near, lookup.extra)
+        missing = self._missing(near, lookup.hits)
+        if self.memory is not None:
+            semantic, values = self._in_memory(namespace, near, lookup, missing)
+            await _aembedding(areembed(self.store, namespace, values))
+            return semantic
+        if self.metric is None or self.vector is None:
+            return self._semantic(near, lookup, self._bounded(near, missing), False)
+        found = await ascored(self.store, namespace, self.vector, missing, self._sql())
+        texts = self._texts(lookup.hits, [key for key in missing if key not in found])
+        if texts:
+            todo, vectors = self._plan(texts)
+            if todo:
+                made = await _aembedding(self.metric.embeddings.aembed_documents(todo))
+                vectors.update(_remember(self.metric.embeddings, "document", todo, made))
+            await asave(self.store, namespace, self._made(texts, vectors), self._cast())
+            found.update(self._embedded(texts, vectors))
+        return self._semantic(near, lookup, found, True)
 
-    def _embed_query_sync(self) -> list[float]:
+    def _plan(self, texts: Mapping[str, str]) -> tuple[list[str], dict[str, list[float]]]:
+        """Texts still to embed, and the cached vectors of the others."""
         assert self.metric is not None
-        embeddings = self.metric.embeddings
-        if self.metric.query_as_document:
-            vector = embeddings.embed_documents([self.query])
-            return _remember(embeddings, "document", [self.query], vector)[self.query]
-        one = [embeddings.embed_query(self.query)]
-        return _remember(embeddings, "query", [self.query], one)[self.query]
+        unique = list(dict.fromkeys(t for t in texts.values() if t))
+        vectors = _cached(self.metric.embeddings, "document", unique)
+        return [t for t in unique if t not in vectors], vectors
 
-    async def _aembed_query(self) -> list[float]:
-        assert self.metric is not None
-        embeddings = self.metric.embeddings
-        if self.metric.query_as_document:
-            vector = await embeddings.aembed_documents([self.query])
-            return _remember(embeddings, "document", [self.query], vector)[self.query]
-        one = [await embeddings.aembed_query(self.query)]
-        return _remember(embeddings, "query", [self.query], one)[self.query]
+    def _cast(self) -> str:
+        sql = self._sql()
+        return "vector" if sql is None else sql.cast
+
+    @staticmethod
+    def _made(
+        texts: Mapping[str, str], vectors: Mapping[str, list[float]]
+    ) -> dict[str, tuple[str, list[float]]]:
+        return {key: (text, vectors[text]) for key, text in texts.items() if text in vectors}
+
+
+_T = TypeVar("_T")
+
+
+def _unembedded(error: Exception) -> EmbeddingError:
+    return EmbeddingError(f"could not embed facts without a vector ({_problem(error)})")
+
+
+def _embedding(call: Callable[..., _T], *args: Any) -> _T:
+    """``call(*args)``, an embedder failure raised as :class:`EmbeddingError`."""
+    try:
+        return call(*args)
+    except Exception as error:
+        raise EmbeddingError(
+            f"could not embed facts without a vector ({_problem(error)})"
+        ) from error
+
+
+async def _aembedding(pending: Awaitable[_T]) -> _T:
+    """Async :func:`_embedding`."""
+    try:
+        return await pending
+    except Exception as error:
+        raise EmbeddingError(
+            f"could not embed facts without a vector ({_problem(error)})"
+        ) from error
+
+
+REINDEX_BATCH = 64
+"""Facts embedded per call by :func:`reindex`."""
+
+
+def reindex(
+    store: BaseStore, namespace: tuple[str, ...], values: Mapping[str, Mapping[str, Any]]
+) -> int:
+    """Embed and store a vector for each fact of ``values`` (key -> stored value) lacking one.
+
+    Returns how many were embedded; 0 when the Store has no vector index we can write to.
+    Embedder errors propagate (nothing is half-written: each batch is saved whole).
+    """
+    metric = store_metric(store)
+    if metric is None:
+        return 0
+    contents = {key: str(value.get(VECTOR_FIELD, "")) for key, value in values.items()}
+    keys = unembedded(store, namespace, [key for key, text in contents.items() if text])
+    if isinstance(store, InMemoryStore):  # it embeds what it stores
+        for start in range(0, len(keys), REINDEX_BATCH):
+            chunk = keys[start : start + REINDEX_BATCH]
+            reembed(store, namespace, {key: values[key] for key in chunk})
+        return len(keys)
+    cast = "vector" if metric.sql is None else metric.sql.cast
+    for start in range(0, len(keys), REINDEX_BATCH):
+        chunk = keys[start : start + REINDEX_BATCH]
+        vectors = metric.embeddings.embed_documents([contents[key] for key in chunk])
+        if len(vectors) != len(chunk):
+            raise ValueError(f"the embedder returned {len(vectors)} vectors for {len(chunk)} texts")
+        made = {key: (contents[key], v) for key, v in zip(chunk, vectors, strict=True)}
+        save(store, namespace, made, cast)
+    return len(keys)
 
 
 # -- fusion ----------------------------------------------------------------------------
 
 
-def fuse(
-    lexical: Sequence[tuple[str, float]],
-    semantic: Semantic,
-    *,
-    weight: float = SEMANTIC_WEIGHT,
-) -> dict[str, float]:
-    """Key -> fused raw score (negative, FTS5 sign) over the union of both candidate lists.
-
-    ``lexical`` holds ``(key, raw_bm25)`` pairs as ``Bm25Index.search`` returns them. The
-    candidates are those pairs and the neighbours of positive similarity; each is scored
-    with its own BM25 (``semantic.bm25`` for a neighbour not in ``lexical``) and its own
-    similarity (``semantic.similarity`` for a BM25 match the Store did not score). A
-    candidate lacking either signal is a ValueError: neither is ever taken as 0.
-    """
-    if not 0 <= weight <= 1:
-        raise ValueError(f"the semantic weight must be within 0..1, got {weight!r}")
-    bm25 = {key: -raw for key, raw in lexical}
-    similarity = {item.key: float(item.score) for item in semantic.items if item.score is not None}
-    for key, score in similarity.items():
-        if score > 0 and key not in bm25:
+def _union(
+    lexical: Sequence[tuple[str, float]], semantic: Semantic
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Relevance (positive BM25) and similarity of every candidate of one namespace."""
+    relevance = {key: -raw for key, raw in lexical}
+    similarity = dict(semantic.near)
+    for key in similarity:
+        if key not in relevance:
             if key not in semantic.bm25:
                 raise ValueError(f"no BM25 score for the semantic candidate {key!r}")
-            bm25[key] = -semantic.bm25[key]
-    for key in bm25:
+            relevance[key] = -semantic.bm25[key]
+    for key in relevance:
         if key not in similarity:
             if key not in semantic.similarity:
                 raise ValueError(f"no similarity for the lexical candidate {key!r}")
             similarity[key] = semantic.similarity[key]
-    best = max(bm25.values(), default=0.0)
-    return {
-        key: -(
-            (1 - weight) * (relevance / best if best > 0 else 0.0)
-            + weight * max(0.0, similarity[key])
+    return relevance, similarity
+
+
+def fuse(
+    sources: Sequence[tuple[Sequence[tuple[str, float]], Semantic]],
+    *,
+    weight: float = SEMANTIC_WEIGHT,
+) -> list[dict[str, float]]:
+    """Per source, key -> fused raw score (negative, FTS5 sign) of each candidate.
+
+    ``sources`` holds one ``(lexical, semantic)`` pair per namespace searched: ``lexical``
+    the ``(key, raw_bm25)`` pairs ``Bm25Index.search`` returned, ``semantic`` the
+    neighbours and the missing signal of each candidate. Both signals are normalised over
+    the candidates of *every* namespace, so a weak project match never ties a strong user
+    match: BM25 divided by the best BM25, similarity min-max scaled to 0..1. The fused
+    relevance is scaled back to BM25 units (times the best BM25; 1 when nothing matched
+    lexically). A candidate lacking either signal is a ValueError: neither is taken as 0.
+    """
+    if not 0 <= weight <= 1:
+        raise ValueError(f"the semantic weight must be within 0..1, got {weight!r}")
+    unions = [_union(lexical, semantic) for lexical, semantic in sources]
+    best = max((r for relevance, _ in unions for r in relevance.values()), default=0.0)
+    every = [s for _, similarity in unions for s in similarity.values()]
+    low, high = (min(every), max(every)) if every else (0.0, 0.0)
+    spread = high - low
+    scale = best if best > 0 else 1.0
+    fused: list[dict[str, float]] = []
+    for relevance, similarity in unions:
+        fused.append(
+            {
+                key: -scale
+                * (
+                    (1 - weight) * (value / best if best > 0 else 0.0)
+                    + weight * ((similarity[key] - low) / spread if spread > 0 else 0.0)
+                )
+                for key, value in relevance.items()
+            }
         )
-        for key, relevance in bm25.items()
-    }
+    return fused

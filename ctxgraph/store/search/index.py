@@ -62,6 +62,8 @@ class Lookup(NamedTuple):
     extra: dict[str, float]
     """Raw BM25 (FTS5 sign; 0.0 when no term matches) of each of the ``extra_keys`` that
     is indexed, from the same refresh as ``hits``."""
+    extra_values: dict[str, Mapping[str, Any]]
+    """The stored value of each of ``extra``'s keys, as indexed."""
 
 
 _AGGREGATE = (
@@ -432,6 +434,7 @@ def _lookup(
             [(key, raw, space.docs[key].value) for key, raw in hits],
             [(key, space.docs[key].value) for key in dict.fromkeys(first)],
             {key: -score if score else 0.0 for key, score in extra.items()},
+            {key: space.docs[key].value for key in extra},
         )
 
 

@@ -17,12 +17,14 @@ __all__ = [
     "CONFIDENCE_WEIGHT",
     "DECAY_GRACE_DAYS",
     "DECAY_RATE",
+    "FUSED_TIME_FACTOR_FLOOR",
     "TIME_FACTOR_FLOOR",
     "AgeFrom",
     "Bm25Index",
     "age_days",
     "days_between",
     "final_score",
+    "fused_time_factor",
     "relevance_scores",
     "score_at_age",
     "time_factor",
@@ -43,6 +45,15 @@ The unbounded factor leaves a one-year-old fact about 4% of its relevance, so a 
 from last week outranks the memory a query is plainly about. With the floor, an older fact
 loses to a newer one only if the newer one has more than half its relevance (give or take
 the confidence term, at most 0.2). The floor is reached after about 99 days.
+"""
+
+FUSED_TIME_FACTOR_FLOOR = 0.75
+"""Lowest age factor in hybrid mode (an embedding model configured).
+
+There every candidate has some relevance (its normalised similarity, up to half the
+fused score), so a floor of 0.5 would let a new fact of middling similarity pass an old
+fact that matches clearly better. At 0.75 an older fact loses only to one with more than
+three quarters of its fused relevance: age reorders near-ties, it never buries a match.
 """
 
 CONFIDENCE_WEIGHT = 0.2
@@ -145,11 +156,16 @@ def age_days(moment: datetime | str, now: datetime | None = None) -> int:
     return max(0, (current - _utc(moment)).days)
 
 
-def time_factor(days: int) -> float:
-    """T(d): 1 within the grace period, then ``max(0.5, exp(-0.01 (d - 30)))``."""
+def time_factor(days: int, floor: float = TIME_FACTOR_FLOOR) -> float:
+    """T(d): 1 within the grace period, then ``max(floor, exp(-0.01 (d - 30)))``."""
     if days < DECAY_GRACE_DAYS:
         return 1.0
-    return max(TIME_FACTOR_FLOOR, math.exp(-DECAY_RATE * (days - DECAY_GRACE_DAYS)))
+    return max(floor, math.exp(-DECAY_RATE * (days - DECAY_GRACE_DAYS)))
+
+
+def fused_time_factor(days: int) -> float:
+    """T(d) in hybrid mode: as :func:`time_factor`, bounded to 0.75..1."""
+    return time_factor(days, FUSED_TIME_FACTOR_FLOOR)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -173,9 +189,14 @@ def days_between(earlier_micros: int, later_micros: int) -> int:
     return max(0, (later_micros - earlier_micros) // (_DAY // timedelta(microseconds=1)))
 
 
-def score_at_age(raw_bm25: float, confidence: float, days: int) -> float:
-    """``final_score`` of a fact ``days`` whole days old."""
-    return -raw_bm25 * time_factor(days) + CONFIDENCE_WEIGHT * confidence
+def score_at_age(raw_bm25: float, confidence: float, days: int, *, fused: bool = False) -> float:
+    """``final_score`` of a fact ``days`` whole days old.
+
+    ``fused``: ``raw_bm25`` is a hybrid score (``store.search.hybrid.fuse``), whose age
+    factor is :func:`fused_time_factor`.
+    """
+    factor = fused_time_factor(days) if fused else time_factor(days)
+    return -raw_bm25 * factor + CONFIDENCE_WEIGHT * confidence
 
 
 def final_score(
