@@ -10,7 +10,7 @@ is done, and the second receipt lists what it still found.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -19,7 +19,7 @@ from contextlib import (
 )
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, Item, SearchItem
@@ -65,13 +65,52 @@ from ctxgraph.store.receipts import (
 )
 from ctxgraph.store.redaction import Redactor
 
-__all__ = ["ForgetError", "aforget", "forget"]
+__all__ = [
+    "AsyncForgetOptions",
+    "ForgetError",
+    "ForgetOptions",
+    "SyncForgetOptions",
+    "aforget",
+    "forget",
+]
 
 Lock = Callable[[str], AbstractContextManager[None]]
 """Holds a thread's lock for a block (``thread_lock`` bound to a ``Persistence``)."""
 
 ALock = Callable[[str], AbstractAsyncContextManager[None]]
 """Async :data:`Lock`."""
+
+
+class ForgetOptions(TypedDict, total=False):
+    """What :func:`forget` and :func:`aforget` take by keyword besides the lock, each optional."""
+
+    fact: str | None
+    """Key of one of the user's facts to forget (give this or ``text``)."""
+    text: str | None
+    """A text to forget, at least three characters (give this or ``fact``)."""
+    thread_id: str | None
+    """Search only this thread (it must be the user's) and the memory."""
+    dry_run: bool
+    """List the places, change nothing, store no receipt (default False)."""
+    agent_name: str | None
+    """Look the fact up only among this agent's facts (default: any)."""
+
+
+class SyncForgetOptions(ForgetOptions, total=False):
+    """:class:`ForgetOptions` of :func:`forget`, with its thread lock."""
+
+    lock: Lock | None
+    """Holds a thread's lock while that thread is redacted (default: none)."""
+
+
+class AsyncForgetOptions(ForgetOptions, total=False):
+    """:class:`ForgetOptions` of :func:`aforget`, with its async thread lock."""
+
+    lock: ALock | None
+    """Holds a thread's lock while that thread is redacted (default: none)."""
+
+
+_OPTION_NAMES = frozenset(SyncForgetOptions.__annotations__)
 
 
 class ForgetError(ValueError):
@@ -223,13 +262,7 @@ def forget(
     store: BaseStore,
     checkpointer: BaseCheckpointSaver[Any] | ThreadStates,
     user_id: str,
-    *,
-    fact: str | None = None,
-    text: str | None = None,
-    thread_id: str | None = None,
-    dry_run: bool = False,
-    agent_name: str | None = None,
-    lock: Lock | None = None,
+    **options: Unpack[SyncForgetOptions],
 ) -> Receipt:
     """Forget a fact (``fact`` = its key) or a text everywhere the user's data holds it.
 
@@ -242,8 +275,8 @@ def forget(
         text: A text to forget (at least three characters).
         thread_id: Search only this thread (it must be the user's) and the memory.
         dry_run: List the places, change nothing, store no receipt.
-        lock: Holds a thread's lock while that thread is redacted.
         agent_name: Look the fact up only among this agent's facts (default: any).
+        lock: Holds a thread's lock while that thread is redacted.
 
     Returns:
         The receipt (stored unless ``dry_run``).
@@ -258,21 +291,16 @@ def forget(
     states = (
         SaverStates(checkpointer) if isinstance(checkpointer, BaseCheckpointSaver) else checkpointer
     )
-    request = _Request(fact, text, thread_id, dry_run, agent_name)
-    return run(_forget(store, StatesIo(sync=states), user_id, request, _Locks(lock=lock)))
+    request = _Request.of(options, "forget")
+    locks = _Locks(lock=options.get("lock"))
+    return run(_forget(store, StatesIo(sync=states), user_id, request, locks))
 
 
 async def aforget(
     store: BaseStore,
     checkpointer: BaseCheckpointSaver[Any] | AsyncThreadStates,
     user_id: str,
-    *,
-    fact: str | None = None,
-    text: str | None = None,
-    thread_id: str | None = None,
-    dry_run: bool = False,
-    agent_name: str | None = None,
-    lock: ALock | None = None,
+    **options: Unpack[AsyncForgetOptions],
 ) -> Receipt:
     """Async :func:`forget` (async Store and checkpointer; ``lock`` is async too).
 
@@ -284,9 +312,9 @@ async def aforget(
         if isinstance(checkpointer, BaseCheckpointSaver)
         else checkpointer
     )
-    request = _Request(fact, text, thread_id, dry_run, agent_name)
-    flow = _forget(store, StatesIo(asynchronous=states), user_id, request, _Locks(alock=lock))
-    return await arun(flow)
+    request = _Request.of(options, "aforget")
+    locks = _Locks(alock=options.get("lock"))
+    return await arun(_forget(store, StatesIo(asynchronous=states), user_id, request, locks))
 
 
 @dataclass(frozen=True)
@@ -298,6 +326,20 @@ class _Request:
     thread_id: str | None
     dry_run: bool
     agent_name: str | None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], caller: str) -> _Request:
+        """The request of ``caller``'s keyword ``options``; ``TypeError`` names an unknown one."""
+        for name in options:
+            if name not in _OPTION_NAMES:
+                raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+        return cls(
+            fact=options.get("fact"),
+            text=options.get("text"),
+            thread_id=options.get("thread_id"),
+            dry_run=bool(options.get("dry_run", False)),
+            agent_name=options.get("agent_name"),
+        )
 
 
 @dataclass(frozen=True)

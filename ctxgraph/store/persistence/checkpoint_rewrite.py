@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -52,6 +52,7 @@ __all__ = [
     "CheckpointRewrite",
     "CheckpointRewriteError",
     "PendingWritesError",
+    "RewriteOptions",
     "ThreadBusyError",
     "Transform",
     "arewrite_thread",
@@ -123,6 +124,15 @@ class PendingWritesError(ThreadBusyError):
             "write(s) (a run is in progress, interrupted or failed); resume or finish the "
             "run, then try again",
         )
+
+
+class RewriteOptions(TypedDict, total=False):
+    """What :func:`rewrite_thread` and :func:`arewrite_thread` take by keyword."""
+
+    dry_run: bool
+    """Only count; change nothing (default False)."""
+    prune_always: bool
+    """Prune the older checkpoints even when nothing was found (default False)."""
 
 
 class CheckpointRewriteError(RuntimeError):
@@ -388,8 +398,8 @@ def _rewrite(
     thread_id: str,
     transform: Transform,
     *,
-    dry_run: bool,
-    prune_always: bool,
+    dry_run: bool = False,
+    prune_always: bool = False,
 ) -> Flow[CheckpointRewrite]:
     """The rewrite, run by ``run`` (:func:`rewrite_thread`) or ``arun``."""
     saved = yield from io(_listed, _alisted, checkpointer, thread_id)
@@ -420,9 +430,7 @@ def rewrite_thread(
     checkpointer: BaseCheckpointSaver[Any],
     thread_id: str,
     transform: Transform,
-    *,
-    dry_run: bool = False,
-    prune_always: bool = False,
+    **options: Unpack[RewriteOptions],
 ) -> CheckpointRewrite:
     """Remove what ``transform`` replaces from every checkpoint of ``thread_id``.
 
@@ -443,37 +451,17 @@ def rewrite_thread(
         CheckpointRewriteError: Occurrences remain after the rewrite.
 
     """
-    flow = _rewrite(checkpointer, thread_id, transform, dry_run=dry_run, prune_always=prune_always)
-    return run(flow)
+    return run(_rewrite(checkpointer, thread_id, transform, **options))
 
 
 async def arewrite_thread(
     checkpointer: BaseCheckpointSaver[Any],
     thread_id: str,
     transform: Transform,
-    *,
-    dry_run: bool = False,
-    prune_always: bool = False,
+    **options: Unpack[RewriteOptions],
 ) -> CheckpointRewrite:
-    """Async ``rewrite_thread`` (``AsyncPostgresSaver``, or any saver's async methods).
-
-    Args:
-        checkpointer: The thread's saver.
-        thread_id: The thread to rewrite; hold its thread lock while this runs.
-        transform: As at ``rewrite_thread``.
-        dry_run: Only count; change nothing.
-        prune_always: Prune the older checkpoints even when nothing was found.
-
-    Returns:
-        The counts found before the rewrite, and whether the checkpoints changed.
-
-    Raises:
-        PendingWritesError: A head has pending writes (checked in a dry run too).
-        CheckpointRewriteError: Occurrences remain after the rewrite.
-
-    """
-    flow = _rewrite(checkpointer, thread_id, transform, dry_run=dry_run, prune_always=prune_always)
-    return await arun(flow)
+    """Async :func:`rewrite_thread` (``AsyncPostgresSaver``, or any saver's async methods)."""
+    return await arun(_rewrite(checkpointer, thread_id, transform, **options))
 
 
 def _kept_heads(plan: _Plan, heads: list[_NewHead]) -> list[_NewHead]:
