@@ -10,7 +10,7 @@ is done, and the second receipt lists what it still found.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -19,7 +19,7 @@ from contextlib import (
 )
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypedDict, Unpack
+from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, Item, SearchItem
@@ -65,52 +65,13 @@ from ctxgraph.store.receipts import (
 )
 from ctxgraph.store.redaction import Redactor
 
-__all__ = [
-    "AsyncForgetOptions",
-    "ForgetError",
-    "ForgetOptions",
-    "SyncForgetOptions",
-    "aforget",
-    "forget",
-]
+__all__ = ["ForgetError", "aforget", "forget"]
 
 Lock = Callable[[str], AbstractContextManager[None]]
 """Holds a thread's lock for a block (``thread_lock`` bound to a ``Persistence``)."""
 
 ALock = Callable[[str], AbstractAsyncContextManager[None]]
 """Async :data:`Lock`."""
-
-
-class ForgetOptions(TypedDict, total=False):
-    """What :func:`forget` and :func:`aforget` take by keyword besides the lock, each optional."""
-
-    fact: str | None
-    """Key of one of the user's facts to forget (give this or ``text``)."""
-    text: str | None
-    """A text to forget, at least three characters (give this or ``fact``)."""
-    thread_id: str | None
-    """Search only this thread (it must be the user's) and the memory."""
-    dry_run: bool
-    """List the places, change nothing, store no receipt (default False)."""
-    agent_name: str | None
-    """Look the fact up only among this agent's facts (default: any)."""
-
-
-class SyncForgetOptions(ForgetOptions, total=False):
-    """:class:`ForgetOptions` of :func:`forget`, with its thread lock."""
-
-    lock: Lock | None
-    """Holds a thread's lock while that thread is redacted (default: none)."""
-
-
-class AsyncForgetOptions(ForgetOptions, total=False):
-    """:class:`ForgetOptions` of :func:`aforget`, with its async thread lock."""
-
-    lock: ALock | None
-    """Holds a thread's lock while that thread is redacted (default: none)."""
-
-
-_OPTION_NAMES = frozenset(SyncForgetOptions.__annotations__)
 
 
 class ForgetError(ValueError):
@@ -262,7 +223,13 @@ def forget(
     store: BaseStore,
     checkpointer: BaseCheckpointSaver[Any] | ThreadStates,
     user_id: str,
-    **options: Unpack[SyncForgetOptions],
+    *,
+    fact: str | None = None,
+    text: str | None = None,
+    thread_id: str | None = None,
+    dry_run: bool = False,
+    agent_name: str | None = None,
+    lock: Lock | None = None,
 ) -> Receipt:
     """Forget a fact (``fact`` = its key) or a text everywhere the user's data holds it.
 
@@ -291,8 +258,8 @@ def forget(
     states = (
         SaverStates(checkpointer) if isinstance(checkpointer, BaseCheckpointSaver) else checkpointer
     )
-    request = _Request.of(options, "forget")
-    locks = _Locks(lock=options.get("lock"))
+    request = _Request(fact, text, thread_id, dry_run, agent_name)
+    locks = _Locks(lock=lock)
     return run(_forget(store, StatesIo(sync=states), user_id, request, locks))
 
 
@@ -300,7 +267,13 @@ async def aforget(
     store: BaseStore,
     checkpointer: BaseCheckpointSaver[Any] | AsyncThreadStates,
     user_id: str,
-    **options: Unpack[AsyncForgetOptions],
+    *,
+    fact: str | None = None,
+    text: str | None = None,
+    thread_id: str | None = None,
+    dry_run: bool = False,
+    agent_name: str | None = None,
+    lock: ALock | None = None,
 ) -> Receipt:
     """Async :func:`forget` (async Store and checkpointer; ``lock`` is async too).
 
@@ -312,8 +285,8 @@ async def aforget(
         if isinstance(checkpointer, BaseCheckpointSaver)
         else checkpointer
     )
-    request = _Request.of(options, "aforget")
-    locks = _Locks(alock=options.get("lock"))
+    request = _Request(fact, text, thread_id, dry_run, agent_name)
+    locks = _Locks(alock=lock)
     return await arun(_forget(store, StatesIo(asynchronous=states), user_id, request, locks))
 
 
@@ -326,20 +299,6 @@ class _Request:
     thread_id: str | None
     dry_run: bool
     agent_name: str | None
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any], caller: str) -> _Request:
-        """The request of ``caller``'s keyword ``options``; ``TypeError`` names an unknown one."""
-        for name in options:
-            if name not in _OPTION_NAMES:
-                raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
-        return cls(
-            fact=options.get("fact"),
-            text=options.get("text"),
-            thread_id=options.get("thread_id"),
-            dry_run=bool(options.get("dry_run", False)),
-            agent_name=options.get("agent_name"),
-        )
 
 
 @dataclass(frozen=True)
