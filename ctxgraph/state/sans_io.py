@@ -24,13 +24,14 @@ would a direct call). The sync and async entry points are then one line each::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
-__all__ = ["Flow", "Io", "arun", "held", "io", "run"]
+__all__ = ["Flow", "Io", "arun", "held", "io", "run", "threaded"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -54,6 +55,15 @@ def io(
     """Yield one I/O call (``call`` or ``acall`` with these arguments) and return its result."""
     result = yield Io(partial(call, *args, **kwargs), partial(acall, *args, **kwargs))
     return cast(T, result)
+
+
+def threaded(call: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+    """``call`` as the async form of itself run in a worker thread (off the event loop)."""
+
+    async def acall(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(call, *args, **kwargs)
+
+    return acall
 
 
 def held(

@@ -14,6 +14,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
@@ -232,41 +233,21 @@ def _failed(argument: LongArgument, error: ArtifactWriteError) -> None:
     )
 
 
-def offload_arguments(artifacts: ArtifactStore, arguments: Sequence[LongArgument]) -> ArgsOffloaded:
-    """Store each argument and replace it in its message; one that fails to store stays."""
-    done = ArgsOffloaded()
-    for group in _by_message(arguments):
-        stored: list[tuple[LongArgument, Artifact]] = []
-        for argument in group:
-            try:
-                artifact = artifacts.put(
-                    ARGS_KIND,
-                    argument.text,
-                    source_id=argument.call_id,
-                    tool_name=argument.tool,
-                    part=argument.part,
-                    tokens=argument.tokens,
-                )
-            except ArtifactWriteError as error:
-                _failed(argument, error)
-                continue
-            stored.append((argument, artifact))
-        if stored:
-            done.messages.append(with_placeholders(group[0].message, stored))
-            done.refs.extend(artifact.ref for _, artifact in stored)
-    return done
-
-
-async def aoffload_arguments(
+def offload_arguments(
     artifacts: ArtifactStore, arguments: Sequence[LongArgument]
-) -> ArgsOffloaded:
-    """Async :func:`offload_arguments`."""
+) -> Flow[ArgsOffloaded]:
+    """Store each argument and replace it in its message; one that fails to store stays.
+
+    A flow (``ctxgraph.state.sans_io``): ``run`` or ``arun`` it, or ``yield from`` it.
+    """
     done = ArgsOffloaded()
     for group in _by_message(arguments):
         stored: list[tuple[LongArgument, Artifact]] = []
         for argument in group:
             try:
-                artifact = await artifacts.aput(
+                artifact = yield from io(
+                    artifacts.put,
+                    artifacts.aput,
                     ARGS_KIND,
                     argument.text,
                     source_id=argument.call_id,

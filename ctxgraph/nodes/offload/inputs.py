@@ -14,6 +14,7 @@ from langchain_core.messages import AnyMessage, BaseMessage
 
 from ctxgraph.nodes.offload.refs import OFFLOAD_FAILED_KEY, OFFLOAD_KEY
 from ctxgraph.state.messages import content_text, is_real_user_message
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text, encoding
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
@@ -335,8 +336,10 @@ def offload_inputs(
     items: Sequence[LargeInput],
     *,
     unavailable: str = "",
-) -> InputsOffloaded:
+) -> Flow[InputsOffloaded]:
     """Store each input and replace it; without ``artifacts``, say why (``unavailable``).
+
+    A flow (``ctxgraph.state.sans_io``): ``run`` or ``arun`` it, or ``yield from`` it.
 
     Raises:
         InputNotOffloadedError: without ``artifacts``, for an input whose threshold came
@@ -350,33 +353,13 @@ def offload_inputs(
             done.messages.append(unsaved_input(item, unavailable))
             continue
         try:
-            artifact = artifacts.put(
-                INPUT_KIND, item.text, source_id=str(item.message.id), tokens=item.tokens
-            )
-        except ArtifactWriteError as error:
-            done.messages.append(unsaved_input(item, str(error)))
-            continue
-        done.messages.append(stored_input(item, artifact))
-        done.refs.append(artifact.ref)
-    return done
-
-
-async def aoffload_inputs(
-    artifacts: ArtifactStore | None,
-    items: Sequence[LargeInput],
-    *,
-    unavailable: str = "",
-) -> InputsOffloaded:
-    """Async :func:`offload_inputs`."""
-    _check_storable(artifacts, items, unavailable)
-    done = InputsOffloaded([], [])
-    for item in items:
-        if artifacts is None:
-            done.messages.append(unsaved_input(item, unavailable))
-            continue
-        try:
-            artifact = await artifacts.aput(
-                INPUT_KIND, item.text, source_id=str(item.message.id), tokens=item.tokens
+            artifact = yield from io(
+                artifacts.put,
+                artifacts.aput,
+                INPUT_KIND,
+                item.text,
+                source_id=str(item.message.id),
+                tokens=item.tokens,
             )
         except ArtifactWriteError as error:
             done.messages.append(unsaved_input(item, str(error)))
