@@ -42,6 +42,7 @@ from ctxgraph.nodes.compaction.planner import CompactionPlanner, Plan
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.compaction_state import CompactionJob
 from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.sans_io import run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
 from ctxgraph.store.persistence.compaction_lease import CompactionLeases, leases_for, new_holder
@@ -357,7 +358,7 @@ class BackgroundCompactor:
         finished = self._planner.finish(job_plan, result.sections)
         if isinstance(finished, str):
             return f"the compacted request would not fit: {finished}"
-        if not self._commit.prepare(plan.archive, finished.record, old, window, config):
+        if not run(self._commit.prepare(plan.archive, finished.record, old, window, config)):
             return {}
         emit(
             "applied",

@@ -230,7 +230,7 @@ class CompactNode:
             applied = yield from io(apply, threaded(apply), plan, window, config, wait_s=wait)
             if applied is not None:
                 return applied
-        return (yield from io(self._inline.compact, self._inline.acompact, plan, window, config))
+        return (yield from self._inline.compact(plan, window, config))
 
     def run_job(
         self,
