@@ -33,6 +33,7 @@ from ctxgraph.nodes.memory.extract import MEMORY_TURN_KEY, ExtractionResult, Mem
 from ctxgraph.nodes.memory.filter import USER, filter_for_memory, has_user_rows
 from ctxgraph.nodes.memory.gate import gate_reason
 from ctxgraph.nodes.memory.runner import RUNNER, BackgroundRunner, ThreadExtraction
+from ctxgraph.nodes.memory.worker import emit_extracted
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
@@ -40,7 +41,7 @@ from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
+from ctxgraph.state.usage import CallUsage, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
@@ -57,17 +58,7 @@ def extraction_event(
     job: MemoryJob, rows: Sequence[Row], result: ExtractionResult
 ) -> dict[str, Any]:
     """Emit ``memory.extracted`` for one call over ``rows``: its usage and what it wrote."""
-    fields: dict[str, Any] = {
-        "at": job.at,
-        "rows": len(rows),
-        "facts": len(result.stored),
-        "profile_sections": len(result.profile_sections),
-        "rejected": len(result.rejected),
-        "unreadable": result.skipped,
-    }
-    if calls := result.model_calls():
-        fields.update(calls_event_fields(calls))
-    return events.emit("extracted", job.thread_id, **fields)
+    return emit_extracted(job.thread_id, job.at, len(rows), result)
 
 
 def usage_of(result: ExtractionResult) -> dict[str, Any]:

@@ -189,9 +189,14 @@ def _log_extraction(item: PendingExtraction, result: ExtractionResult, origin: O
     ``deferred`` or ``background``); a background extraction's is added to the thread's
     ``model_usage`` by its next run (``UnclaimedUsage``).
     """
-    fields: dict[str, object] = {
-        "at": origin,
-        "rows": len(item.rows),
+    emit_extracted(item.thread_id, origin, len(item.rows), result)
+
+
+def emit_extracted(thread_id: str, at: str, rows: int, result: ExtractionResult) -> dict[str, Any]:
+    """Emit ``memory.extracted`` (where it ran, the rows, what it cost and wrote); return it."""
+    fields: dict[str, Any] = {
+        "at": at,
+        "rows": rows,
         "facts": len(result.stored),
         "profile_sections": len(result.profile_sections),
         "rejected": len(result.rejected),
@@ -199,7 +204,7 @@ def _log_extraction(item: PendingExtraction, result: ExtractionResult, origin: O
     }
     if calls := result.model_calls():
         fields.update(calls_event_fields(calls))
-    events.emit("extracted", item.thread_id, **fields)
+    return events.emit("extracted", thread_id, **fields)
 
 
 def processed_usage(processed: Processed) -> UsageTotals:
