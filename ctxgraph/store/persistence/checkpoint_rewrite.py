@@ -393,20 +393,10 @@ def _check_clean(thread_id: str, after: _Plan) -> None:
         )
 
 
-def _rewrite(
-    checkpointer: BaseCheckpointSaver[Any],
-    thread_id: str,
-    transform: Transform,
-    *,
-    dry_run: bool = False,
-    prune_always: bool = False,
-) -> Flow[CheckpointRewrite]:
-    """The rewrite, run by ``run`` (:func:`rewrite_thread`) or ``arun``."""
-    saved = yield from io(_listed, _alisted, checkpointer, thread_id)
-    plan = _plan(thread_id, saved, transform)
-    if dry_run or not (plan.found or prune_always) or not saved:
-        return _done(plan, rewritten=False)
-    heads = _new_heads(plan, transform, checkpointer)
+def _write_heads(
+    checkpointer: BaseCheckpointSaver[Any], thread_id: str, plan: _Plan, heads: list[_NewHead]
+) -> Flow[None]:
+    """Write the new heads, then prune the rest (or, with no prune, delete and rewrite)."""
     prunes = yield from io(_can_prune, _acan_prune, checkpointer)
     if not prunes:
         yield from io(checkpointer.delete_thread, checkpointer.adelete_thread, thread_id)
@@ -421,6 +411,23 @@ def _rewrite(
         )
     if prunes:
         yield from io(checkpointer.prune, checkpointer.aprune, [thread_id], strategy="keep_latest")
+
+
+def _rewrite(
+    checkpointer: BaseCheckpointSaver[Any],
+    thread_id: str,
+    transform: Transform,
+    *,
+    dry_run: bool = False,
+    prune_always: bool = False,
+) -> Flow[CheckpointRewrite]:
+    """The rewrite, run by ``run`` (:func:`rewrite_thread`) or ``arun``."""
+    saved = yield from io(_listed, _alisted, checkpointer, thread_id)
+    plan = _plan(thread_id, saved, transform)
+    if dry_run or not (plan.found or prune_always) or not saved:
+        return _done(plan, rewritten=False)
+    heads = _new_heads(plan, transform, checkpointer)
+    yield from _write_heads(checkpointer, thread_id, plan, heads)
     after = yield from io(_listed, _alisted, checkpointer, thread_id)
     _check_clean(thread_id, _plan(thread_id, after, transform))
     return _done(plan, rewritten=bool(heads) or plan.result.older_checkpoints > 0)
