@@ -13,6 +13,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 
+from ctxgraph.nodes.offload.inputs import cheap_tokens
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
 from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.settings import Settings
@@ -109,22 +110,27 @@ def long_arguments(
     long strings are counted.
     """
     least = settings.offload_args_min_tokens
-    custom = counter is not None and not counter.tiktoken
     found: list[LongArgument] = []
     for message in messages:
-        if not isinstance(message, AIMessage) or not message.tool_calls or not message.id:
-            continue
-        done = _offloaded(message)
-        for index, call in enumerate(message.tool_calls):
-            call_id = call_id_of(message, index, call)
-            for path, text in _strings(call["args"]):
-                if (call_id, arg_path(path)) in done or (not custom and 4 * len(text) <= least):
-                    continue
-                tokens = (
-                    counter.count_text(text) if counter is not None and custom else _tokens(text)
-                )
-                if tokens > least:
-                    found.append(LongArgument(message, call_id, call["name"], path, text, tokens))
+        if isinstance(message, AIMessage) and message.tool_calls and message.id:
+            found += _message_arguments(message, least, counter)
+    return found
+
+
+def _message_arguments(
+    message: AIMessage, least: int, counter: TokenCounter | None
+) -> list[LongArgument]:
+    """The string arguments over ``least`` tokens in ``message``'s tool calls, not offloaded."""
+    done = _offloaded(message)
+    found: list[LongArgument] = []
+    for index, call in enumerate(message.tool_calls):
+        call_id = call_id_of(message, index, call)
+        for path, text in _strings(call["args"]):
+            if (call_id, arg_path(path)) in done:
+                continue
+            tokens = cheap_tokens(text, least, counter, _tokens)
+            if tokens is not None and tokens > least:
+                found.append(LongArgument(message, call_id, call["name"], path, text, tokens))
     return found
 
 

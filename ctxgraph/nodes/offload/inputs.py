@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -157,7 +157,6 @@ def large_inputs(
     ``counter`` (the graph's), else with tiktoken; then it is cheap for short messages: a
     text of ``n`` characters has at most ``4 n`` tokens, so only long texts are counted.
     """
-    custom = counter is not None and not counter.tiktoken
     limit = input_threshold(settings, window)
     if limit <= 0:
         return []
@@ -171,15 +170,25 @@ def large_inputs(
         if OFFLOAD_KEY in extra or OFFLOAD_FAILED_KEY in extra:
             continue
         text = content_text(message)
-        if counter is not None and custom:
-            tokens = counter.count_text(text)
-        elif 4 * len(text) <= floor:
-            continue
-        else:
-            tokens = _tokens(text)
-        if tokens > floor:
+        tokens = cheap_tokens(text, floor, counter, _tokens)
+        if tokens is not None and tokens > floor:
             found.append(LargeInput(message, text, tokens, excerpt, limit, window is not None))
     return found
+
+
+def cheap_tokens(
+    text: str, floor: int, counter: TokenCounter | None, tokens: Callable[[str], int]
+) -> int | None:
+    """The tokens of ``text`` by ``counter`` (the graph's), else by ``tokens`` (tiktoken).
+
+    With tiktoken a text of ``n`` characters has at most ``4 n`` tokens, so one that cannot
+    be over ``floor`` is not counted (None).
+    """
+    if counter is not None and not counter.tiktoken:
+        return counter.count_text(text)
+    if 4 * len(text) <= floor:
+        return None
+    return tokens(text)
 
 
 def _edges(text: str, budget: int) -> tuple[str, str]:
