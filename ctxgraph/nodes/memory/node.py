@@ -146,12 +146,7 @@ class MemoryNodes:
         messages: Sequence[BaseMessage] = state.get("messages") or []
         among: set[str] | None = None
         if folding:
-            old = self._folded(state, settings)
-            if any(not m.id for m in old):
-                # Rows of messages without ids are named by position: use the old ones alone.
-                messages, among = old, None
-            else:
-                among = {m.id for m in old if m.id}
+            messages, among = self._folding(state, settings, messages)
         return MemoryJob(
             store=runtime.store,
             context=context,
@@ -163,6 +158,16 @@ class MemoryNodes:
             turn=state.get("memory_turn"),  # MEMORY_TURN_KEY
             repositories=self._repositories,
         )
+
+    def _folding(
+        self, state: AgentState, settings: Settings, messages: Sequence[BaseMessage]
+    ) -> tuple[Sequence[BaseMessage], set[str] | None]:
+        """A flush's messages and the ids it extracts among (the ones about to be folded)."""
+        old = self._folded(state, settings)
+        if any(not m.id for m in old):
+            # Rows of messages without ids are named by position: use the old ones alone.
+            return old, None
+        return messages, {m.id for m in old if m.id}
 
     def _folded(self, state: AgentState, settings: Settings) -> list[AnyMessage]:
         old, _ = self._planner.split(state, settings)
