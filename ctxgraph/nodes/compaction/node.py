@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.compaction.background import BackgroundJobs
-from ctxgraph.nodes.compaction.background_compactor import BackgroundCompactor
+from ctxgraph.nodes.compaction.background_compactor import BackgroundCompactor, BackgroundStep
 from ctxgraph.nodes.compaction.commit import CompactionCommit, ThreadHead
 from ctxgraph.nodes.compaction.errors import CompactionError, require_store, thread_id_of
 from ctxgraph.nodes.compaction.inline import InlineCompactor
@@ -170,36 +170,22 @@ class CompactNode:
         state = offloaded.applied(state)
         if not fired_triggers(offloaded.size, settings, window):
             if job_pending(state, settings, offloaded.size, window):
-                store = require_store(runtime.store)
-                step = yield from io(
-                    self._background.step,
-                    self._abackground_step,
-                    state,
-                    settings,
-                    store,
-                    config,
-                    offloaded.size,
-                )
+                store, thread_id = require_store(runtime.store), thread_id_of(config)
+                at = BackgroundStep(state, settings, store, thread_id, offloaded.size)
+                step = yield from io(self._background.step, self._abackground_step, at, config)
                 return offloaded.merged(step)
             if offloaded.pending:
                 return offloaded.update()
         return offloaded.merged((yield from self._compact(state, runtime, config, offloaded.size)))
 
-    async def _abackground_step(
-        self,
-        state: AgentState,
-        settings: Settings,
-        store: BaseStore,
-        config: RunnableConfig,
-        size: RequestSize,
-    ) -> dict[str, Any]:
+    async def _abackground_step(self, at: BackgroundStep, config: RunnableConfig) -> dict[str, Any]:
         """Async ``BackgroundCompactor.step``: an async run may hand a due job to the queue."""
-        if job_due(state, settings, size, self._planner.window(settings)):
-            queued = await self._background.queue(state, settings, store, config, size)
+        if job_due(at.state, at.settings, at.before, self._planner.window(at.settings)):
+            queued = await self._background.queue(at, config)
             if queued is not None:
                 return queued
         # The lease and Store calls are short; a thread keeps them off the loop.
-        return await asyncio.to_thread(self._background.step, state, settings, store, config, size)
+        return await asyncio.to_thread(self._background.step, at, config)
 
     def _plan(
         self,
@@ -247,4 +233,6 @@ class CompactNode:
         ``BackgroundCompactor.run_job``. ``settings`` default to the node's.
         """
         chosen = settings or self._settings
-        return self._background.run_job(state, store, thread_id, wait_s=wait_s, settings=chosen)
+        before = self._planner.measure(state, chosen)
+        at = BackgroundStep(state, chosen, store, thread_id, before)
+        return self._background.run_job(at, wait_s=wait_s)
