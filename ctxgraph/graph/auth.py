@@ -312,6 +312,48 @@ class _Handlers:
         raise _forbidden(f"no ctxgraph rule allows {ctx.resource}.{ctx.action}")
 
 
+_ROUTES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "threads",
+        (
+            ("create", "thread_create"),
+            ("read", "thread_access"),
+            ("search", "thread_access"),
+            ("delete", "thread_access"),
+            ("update", "thread_update"),
+            ("create_run", "create_run"),
+        ),
+    ),
+    (
+        "crons",
+        (
+            ("create", "cron_create"),
+            ("read", "thread_access"),
+            ("search", "thread_access"),
+            ("delete", "thread_access"),
+            ("update", "thread_update"),
+        ),
+    ),
+    (
+        "assistants",
+        (
+            ("read", "assistant_read"),
+            ("search", "assistant_read"),
+            ("create", "assistant_write"),
+            ("update", "assistant_write"),
+            ("delete", "assistant_write"),
+        ),
+    ),
+    (
+        "store",
+        tuple(
+            (action, "store") for action in ("put", "get", "search", "delete", "list_namespaces")
+        ),
+    ),
+)
+"""Each resource's actions and the ``_Handlers`` method that authorizes them, in order."""
+
+
 def add_handlers(
     auth: Auth,
     *,
@@ -338,28 +380,10 @@ def add_handlers(
 
     """
     handlers = _Handlers(operators, projects)
-    threads = auth.on.threads
-    threads.create(handlers.thread_create)
-    threads.read(handlers.thread_access)
-    threads.search(handlers.thread_access)
-    threads.delete(handlers.thread_access)
-    threads.update(handlers.thread_update)
-    threads.create_run(handlers.create_run)
-    crons = auth.on.crons
-    crons.create(handlers.cron_create)
-    crons.read(handlers.thread_access)
-    crons.search(handlers.thread_access)
-    crons.delete(handlers.thread_access)
-    crons.update(handlers.thread_update)
-    assistants = auth.on.assistants
-    assistants.read(handlers.assistant_read)
-    assistants.search(handlers.assistant_read)
-    assistants.create(handlers.assistant_write)
-    assistants.update(handlers.assistant_write)
-    assistants.delete(handlers.assistant_write)
-    store = auth.on.store
-    for action in (store.put, store.get, store.search, store.delete, store.list_namespaces):
-        action(handlers.store)
+    for resource, actions in _ROUTES:
+        on = getattr(auth.on, resource)
+        for action, name in actions:
+            getattr(on, action)(getattr(handlers, name))
     with contextlib.suppress(ValueError):  # the deployment's own global handler stays
         auth.on(handlers.deny)
     return auth

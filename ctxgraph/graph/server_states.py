@@ -157,15 +157,8 @@ def _plan(head: Mapping[str, Any], history: Sequence[Mapping[str, Any]], t: Tran
     counts = {ch: _count(t, ch, value) for ch, value in _values(head).items()}
     counts[METADATA_CHANNEL] = _count(t, METADATA_CHANNEL, head.get("metadata") or {})
     seen = {_key(ch, value) for ch, value in _values(head).items()}
-    older = 0
     others = [state for state in history if _checkpoint_id(state) != head_id]
-    for state in others:
-        older += _count(t, METADATA_CHANNEL, state.get("metadata") or {})
-        for channel, value in _values(state).items():
-            key = _key(channel, value)
-            if key not in seen:
-                seen.add(key)
-                older += _count(t, channel, value)
+    older = sum(_count_older(state, t, seen) for state in others)
     result = CheckpointRewrite(
         head={ch: n for ch, n in counts.items() if n},
         older=older,
@@ -173,6 +166,17 @@ def _plan(head: Mapping[str, Any], history: Sequence[Mapping[str, Any]], t: Tran
         rewritten=False,
     )
     return _Plan(result, head)
+
+
+def _count_older(state: Mapping[str, Any], t: Transform, seen: set[Any]) -> int:
+    """Occurrences in an older state's metadata and its channel values not ``seen`` yet."""
+    older = _count(t, METADATA_CHANNEL, state.get("metadata") or {})
+    for channel, value in _values(state).items():
+        key = _key(channel, value)
+        if key not in seen:
+            seen.add(key)
+            older += _count(t, channel, value)
+    return older
 
 
 def _update(channel: str, old: Any, new: Any) -> Any:
@@ -326,20 +330,26 @@ class ServerThreadStates:
         metadata = dict(thread.get("metadata") or {})
         state = await threads.get_state(thread_id)
         values = {ch: _decoded(ch, value) for ch, value in _values(state).items()}
-        node = await self._node(thread_id)
-        plain = {ch: _plain(ch, value) for ch, value in values.items()}
-        steps: list[dict[str, Any]] = [{"updates": [{"values": plain, "as_node": node}]}]
-        exact = {
-            ch: _overwrite(v) for ch, v in values.items() if ch in _REDUCERS and ch != MESSAGES
-        }
-        if exact:
-            steps.append({"updates": [{"values": exact, "as_node": node}]})
+        steps = _recreation_steps(values, await self._node(thread_id))
         await threads.delete(thread_id)
         await threads.create(thread_id=thread_id, metadata=metadata, supersteps=steps)
         owner = metadata.get("owner")
-        created = await threads.get(thread_id)
-        if owner is not None and (created.get("metadata") or {}).get("owner") != owner:
+        if owner is not None and _owner(await threads.get(thread_id)) != owner:
             await threads.update(thread_id, metadata={"owner": owner})
+
+
+def _recreation_steps(values: Mapping[str, Any], node: str | None) -> list[dict[str, Any]]:
+    """The supersteps that create a thread holding ``values`` (decoded) as its state."""
+    plain = {ch: _plain(ch, value) for ch, value in values.items()}
+    steps: list[dict[str, Any]] = [{"updates": [{"values": plain, "as_node": node}]}]
+    exact = {ch: _overwrite(v) for ch, v in values.items() if ch in _REDUCERS and ch != MESSAGES}
+    if exact:
+        steps.append({"updates": [{"values": exact, "as_node": node}]})
+    return steps
+
+
+def _owner(thread: Mapping[str, Any]) -> Any:
+    return (thread.get("metadata") or {}).get("owner")
 
 
 def quiet_node(drawn: Mapping[str, Any]) -> str | None:

@@ -76,7 +76,11 @@ def merge_delegations(
             entries[entry["id"]] = entry
         elif old["status"] == "running":
             entries[entry["id"]] = cast(DelegationEntry, {**old, **entry})
-    kept = list(entries.values())
+    return _bounded(list(entries.values()), folded)
+
+
+def _bounded(kept: list[DelegationEntry], folded: dict[str, int]) -> DelegationRecord:
+    """At most ``MAX_DELEGATIONS`` entries: the oldest finished ones fold into ``folded``."""
     while len(kept) > MAX_DELEGATIONS:
         oldest = next((e for e in kept if e["status"] != "running"), None)
         if oldest is None:

@@ -7,16 +7,24 @@ back at once (the server is not up yet, it is loading the model: connection refu
 502/503/504, or busy: 429): asking again shortly is right. A timeout means the model is
 slow, and asking again only repeats the wait. So for local endpoints the client itself
 does not retry, and an ``httpx`` transport retries the quick failures only
-(``RetryRule``); the sync and async transports differ only in how they wait and send.
+(``RetryRule``); the sync and async transports run one flow (``_retried``) and differ
+only in how they send, close and wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import httpx
+
+from ctxgraph.state.sans_io import Flow, Io, arun, run
+
+T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 """Answers a local server gives at once while it starts, loads a model or is busy."""
@@ -55,6 +63,47 @@ class RetryRule:
         return float(min(self.first_delay * 2.0**attempt, self.max_delay))
 
 
+def _retried(
+    rule: RetryRule,
+    send: Callable[[], Io[httpx.Response]],
+    close: Callable[[httpx.Response], Io[None]],
+) -> Flow[httpx.Response]:
+    """Send, again after a quick failure while ``rule`` allows it, waiting in between."""
+    attempt = 0
+    while True:
+        try:
+            response: httpx.Response = yield send()
+        except httpx.TransportError as error:
+            wait = rule.delay(attempt, error=error)
+            if wait is None:
+                raise
+        else:
+            wait = rule.delay(attempt, status=response.status_code)
+            if wait is None:
+                return response
+            yield close(response)
+        yield Io(partial(time.sleep, wait), partial(asyncio.sleep, wait))
+        attempt += 1
+
+
+def _sync_only(call: Callable[[], T]) -> Io[T]:
+    """An I/O call the sync transport makes (its flow never runs with ``arun``)."""
+
+    async def never() -> T:
+        raise TypeError("the sync transport's requests are sent by the sync driver")
+
+    return Io(call, never)
+
+
+def _async_only(acall: Callable[[], Awaitable[T]]) -> Io[T]:
+    """An I/O call the async transport makes (its flow never runs with ``run``)."""
+
+    def never() -> T:
+        raise TypeError("the async transport's requests are sent by the async driver")
+
+    return Io(never, acall)
+
+
 class LocalRetryTransport(httpx.BaseTransport):
     """A synchronous transport that applies ``RetryRule`` around another transport."""
 
@@ -65,21 +114,8 @@ class LocalRetryTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request``, again after a quick failure while ``rule`` allows it."""
-        attempt = 0
-        while True:
-            try:
-                response = self._inner.handle_request(request)
-            except httpx.TransportError as error:
-                wait = self._rule.delay(attempt, error=error)
-                if wait is None:
-                    raise
-            else:
-                wait = self._rule.delay(attempt, status=response.status_code)
-                if wait is None:
-                    return response
-                response.close()
-            time.sleep(wait)
-            attempt += 1
+        send = partial(self._inner.handle_request, request)
+        return run(_retried(self._rule, lambda: _sync_only(send), lambda r: _sync_only(r.close)))
 
     def close(self) -> None:
         """Close the inner transport."""
@@ -96,21 +132,9 @@ class AsyncLocalRetryTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request``, again after a quick failure while ``rule`` allows it."""
-        attempt = 0
-        while True:
-            try:
-                response = await self._inner.handle_async_request(request)
-            except httpx.TransportError as error:
-                wait = self._rule.delay(attempt, error=error)
-                if wait is None:
-                    raise
-            else:
-                wait = self._rule.delay(attempt, status=response.status_code)
-                if wait is None:
-                    return response
-                await response.aclose()
-            await asyncio.sleep(wait)
-            attempt += 1
+        send = partial(self._inner.handle_async_request, request)
+        flow = _retried(self._rule, lambda: _async_only(send), lambda r: _async_only(r.aclose))
+        return await arun(flow)
 
     async def aclose(self) -> None:
         """Close the inner transport."""

@@ -246,12 +246,7 @@ class Models:
 
             main, summary, memory = demo_role_models()
             return cls(main=main, summary=summary, memory=memory)
-        names = {
-            role: environ.get(variable, "").strip() or None
-            for role, variable in ROLE_VARIABLES.items()
-        }
-        names["main"] = name
-        specs = {role: split_provider(value) for role, value in names.items() if value}
+        specs = _role_specs(environ, name)
         base_url = environ.get("OPENAI_BASE_URL", "").strip()
         api_key = environ.get("OPENAI_API_KEY", "").strip()
         openai_compatible = any(provider is None for provider, _ in specs.values())
@@ -282,6 +277,15 @@ class Models:
             return make(role)
 
         return cls(main=make("main"), summary=other("summary"), memory=other("memory"))
+
+
+def _role_specs(environ: Mapping[str, str], main: str) -> dict[str, tuple[str | None, str]]:
+    """Each configured role's ``(provider, model)``; ``main`` is the main model's name."""
+    names = {
+        role: environ.get(variable, "").strip() or None for role, variable in ROLE_VARIABLES.items()
+    }
+    names["main"] = main
+    return {role: split_provider(value) for role, value in names.items() if value}
 
 
 def split_provider(name: str) -> tuple[str | None, str]:

@@ -32,8 +32,9 @@ while the deletion runs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -41,6 +42,7 @@ from langgraph.store.base import BaseStore, Item, PutOp
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
 from ctxgraph.state.context import ContextError, validate_label
+from ctxgraph.state.sans_io import Flow, arun, held, io, run
 from ctxgraph.store.namespaces import forget_receipts, memory_queue, thread_meta
 from ctxgraph.store.ownership import (
     OWNER_KEY,
@@ -191,6 +193,10 @@ def _count(rows: list[Any]) -> int:
     return int(rows[0]["n"]) if rows else 0
 
 
+_Locking = tuple[Persistence | AsyncPersistence | None, float]
+"""The connection whose thread locks are held (None: none), and how long to wait."""
+
+
 def _ready(rows: list[Any]) -> bool:
     return bool(rows and rows[0]["ready"])
 
@@ -200,7 +206,7 @@ def _tracking_params(user_id: str) -> tuple[str, str]:
     return prefix, f"{_like_literal(prefix)}.%"
 
 
-# -- sync ------------------------------------------------------------------------------
+# -- I/O, in its two forms ---------------------------------------------------------------
 
 
 def _sql(store: BaseStore, query: str, params: Sequence[object] = ()) -> list[Any]:
@@ -212,75 +218,184 @@ def _sql(store: BaseStore, query: str, params: Sequence[object] = ()) -> list[An
         return cur.fetchall() if cur.description else []
 
 
-def _namespaces(store: BaseStore, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+async def _asql(store: BaseStore, query: str, params: Sequence[object] = ()) -> list[Any]:
+    """Async :func:`_sql` (a sync ``PostgresStore`` is queried as :func:`_sql` does)."""
+    if isinstance(store, PostgresStore):
+        return _sql(store, query, params)
+    if not isinstance(store, AsyncPostgresStore):
+        return []
+    async with acommitted_cursor(store) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall() if cur.description else []
+
+
+def _checkpoints(checkpointer: BaseCheckpointSaver[Any], thread: str) -> int:
+    return sum(1 for _ in checkpointer.list({"configurable": {"thread_id": thread}}))
+
+
+async def _acheckpoints(checkpointer: BaseCheckpointSaver[Any], thread: str) -> int:
+    return len([_ async for _ in checkpointer.alist({"configurable": {"thread_id": thread}})])
+
+
+def _current_lease(store: BaseStore, thread: str) -> int:
+    return int(leases_for(store).current(thread) is not None)
+
+
+async def _acurrent_lease(store: BaseStore, thread: str) -> int:
+    return int(await leases_for(store).acurrent(thread) is not None)
+
+
+# -- the deletion, as one flow for both drivers -----------------------------------------
+
+
+def _query(store: BaseStore, query: str, params: Sequence[object] = ()) -> Flow[list[Any]]:
+    return (yield from io(_sql, _asql, store, query, params))
+
+
+def _namespaces(store: BaseStore, prefix: tuple[str, ...]) -> Flow[list[tuple[str, ...]]]:
     found: list[tuple[str, ...]] = []
     while True:
-        page = store.list_namespaces(prefix=prefix, limit=_PAGE, offset=len(found))
+        page = yield from io(
+            store.list_namespaces,
+            store.alist_namespaces,
+            prefix=prefix,
+            limit=_PAGE,
+            offset=len(found),
+        )
         found.extend(page)
         if len(page) < _PAGE:
             return found
 
 
-def _items_under(store: BaseStore, prefix: tuple[str, ...]) -> list[Item]:
-    return [item for ns in _namespaces(store, prefix) for item in list_namespace(store, ns)]
+def _items_under(store: BaseStore, prefix: tuple[str, ...]) -> Flow[list[Item]]:
+    items: list[Item] = []
+    for ns in (yield from _namespaces(store, prefix)):
+        items.extend((yield from io(list_namespace, alist_namespace, store, ns)))
+    return items
 
 
-def _matching(store: BaseStore, prefix: tuple[str, ...], match: dict[str, Any]) -> list[Item]:
+def _matching(store: BaseStore, prefix: tuple[str, ...], match: dict[str, Any]) -> Flow[list[Item]]:
     found: list[Item] = []
     while True:
-        page = store.search(prefix, filter=match, limit=_PAGE, offset=len(found))
+        page = yield from io(
+            store.search, store.asearch, prefix, filter=match, limit=_PAGE, offset=len(found)
+        )
         found.extend(page)
         if len(page) < _PAGE:
             return found
 
 
-def _remove(store: BaseStore, items: Sequence[Item], tally: _Tally, dry_run: bool) -> None:
+def _remove(store: BaseStore, items: Sequence[Item], tally: _Tally, dry_run: bool) -> Flow[None]:
     """Count the vector rows of ``items``, then delete the items (unless a dry run)."""
-    if items and _ready(_sql(store, _HAS_VECTORS)):
-        tally.add("vector row", "store_vectors", _count(_sql(store, _VECTORS, _pairs(items))))
+    if items and _ready((yield from _query(store, _HAS_VECTORS))):
+        rows = yield from _query(store, _VECTORS, _pairs(items))
+        tally.add("vector row", "store_vectors", _count(rows))
     if not dry_run:
         for batch in _deletes(items):
-            store.batch(batch)
+            yield from io(store.batch, store.abatch, batch)
 
 
-@contextmanager
 def _held(
-    connection: Persistence | AsyncPersistence | None, thread: str, wait: float
-) -> Iterator[None]:
-    with thread_lock(connection, thread, wait=wait) if connection is not None else nullcontext():
-        yield
+    connection: Persistence | AsyncPersistence | None, thread: str, wait: float, flow: Flow[None]
+) -> Flow[None]:
+    """Run ``flow`` holding the thread's lock (with no ``connection``, no lock)."""
+    if connection is None:
+        return (yield from flow)
+    enter = partial(thread_lock, connection, thread, wait=wait)
+    return (yield from held(enter, partial(athread_lock, connection, thread, wait=wait), flow))
 
 
-def _delete_thread(
-    store: BaseStore,
-    checkpointer: BaseCheckpointSaver[Any],
-    thread: str,
-    tally: _Tally,
-    dry_run: bool,
-    leases: bool,
-) -> None:
-    """One owned thread: queue entry, lease, checkpoints, Store items, owner record last."""
-    queued = store.get(memory_queue(), thread)
-    if queued is not None:
-        tally.add("queue entry", "memory_queue")
-        _remove(store, [queued], tally, dry_run)
-    if leases and dry_run:
-        tally.add("lease row", LEASE_TABLE, int(leases_for(store).current(thread) is not None))
-    elif leases:
-        tally.add("lease row", LEASE_TABLE, delete_lease(store, thread))
-    checkpoints = sum(1 for _ in checkpointer.list({"configurable": {"thread_id": thread}}))
-    tally.add("checkpoint", "checkpointer", checkpoints)
-    if checkpoints and not dry_run:
-        checkpointer.delete_thread(thread)
-    items = _items_under(store, ("threads", thread))
-    owner = [i for i in items if _thread_place(i)[0] == "owner record"]
-    rest = [i for i in items if _thread_place(i)[0] != "owner record"]
-    for item in items:
-        tally.add(*_thread_place(item))
-    _remove(store, rest, tally, dry_run)
-    _remove(store, owner, tally, dry_run)
-    if not dry_run:
-        forget_owner(store, thread)
+@dataclass(frozen=True)
+class _Deletion:
+    """One user's deletion: where, and whether it only counts."""
+
+    store: BaseStore
+    checkpointer: BaseCheckpointSaver[Any]
+    tally: _Tally
+    dry_run: bool
+
+    def remove(self, items: Sequence[Item]) -> Flow[None]:
+        return _remove(self.store, items, self.tally, self.dry_run)
+
+    def thread(self, thread: str, leases: bool) -> Flow[None]:
+        """One owned thread: queue entry, lease, checkpoints, Store items, owner record last."""
+        store, tally, dry_run = self.store, self.tally, self.dry_run
+        queued = yield from io(store.get, store.aget, memory_queue(), thread)
+        if queued is not None:
+            tally.add("queue entry", "memory_queue")
+            yield from self.remove([queued])
+        if leases:
+            yield from self.lease(thread)
+        yield from self.checkpoints(thread)
+        items = yield from _items_under(store, ("threads", thread))
+        owner = [i for i in items if _thread_place(i)[0] == "owner record"]
+        rest = [i for i in items if _thread_place(i)[0] != "owner record"]
+        for item in items:
+            tally.add(*_thread_place(item))
+        yield from self.remove(rest)
+        yield from self.remove(owner)
+        if not dry_run:
+            forget_owner(store, thread)
+
+    def lease(self, thread: str) -> Flow[None]:
+        """Count the thread's compaction lease row and (unless a dry run) delete it."""
+        if self.dry_run:
+            rows = yield from io(_current_lease, _acurrent_lease, self.store, thread)
+        else:
+            rows = yield from io(delete_lease, adelete_lease, self.store, thread)
+        self.tally.add("lease row", LEASE_TABLE, rows)
+
+    def checkpoints(self, thread: str) -> Flow[None]:
+        """Count the thread's checkpoints and (unless a dry run) delete them."""
+        saver = self.checkpointer
+        checkpoints = yield from io(_checkpoints, _acheckpoints, saver, thread)
+        self.tally.add("checkpoint", "checkpointer", checkpoints)
+        if checkpoints and not self.dry_run:
+            yield from io(saver.delete_thread, saver.adelete_thread, thread)
+
+    def user(self, user_id: str, locking: _Locking) -> Flow[Receipt]:
+        """Everything of ``user_id``, in the order the module's docstring gives."""
+        store, tally = self.store, self.tally
+        connection, wait = locking
+        threads = yield from io(threads_owned_by, athreads_owned_by, store, user_id)
+        tally.add("thread", "threads", len(threads))
+        for thread in threads:
+            facts = yield from _matching(store, _PROJECTS, {"source_thread": thread})
+            tally.add("project fact", "memory/projects/*", len(facts))
+            yield from self.remove(facts)
+        leases = not _ready((yield from _query(store, _NO_LEASES)))
+        for thread in threads:
+            yield from _held(connection, thread, wait, self.thread(thread, leases))
+        yield from self.memory(user_id, threads)
+        if _ready((yield from _query(store, _HAS_TRACKING))):
+            params = _tracking_params(user_id) * 2
+            rows = yield from _query(store, _tracking_statement(self.dry_run), params)
+            _tally_tracking(tally, rows)
+        receipt = _receipt(user_id, tally, self.dry_run)
+        if receipt.places and not self.dry_run:
+            fact_index_cache.clear()  # this process's indexes of the deleted namespaces
+            yield from io(store_receipt, astore_receipt, store, receipt)
+        return receipt
+
+    def memory(self, user_id: str, threads: list[str]) -> Flow[None]:
+        """The user's queue entries (of other threads), memory and forget receipts."""
+        store, tally = self.store, self.tally
+        matching = yield from _matching(store, memory_queue(), {"user_id": user_id})
+        queued = [i for i in matching if i.key not in threads]
+        tally.add("queue entry", "memory_queue", len(queued))
+        yield from self.remove(queued)
+        memory = yield from _items_under(store, ("memory", user_id))
+        for item in memory:
+            tally.add(*_memory_place(item, user_id))
+        yield from self.remove(memory)
+        receipts = yield from io(list_namespace, alist_namespace, store, forget_receipts(user_id))
+        tally.add("forget receipt", "receipts/forget/<user>", len(receipts))
+        yield from self.remove(receipts)
+
+
+def _receipt(user_id: str, tally: _Tally, dry_run: bool) -> Receipt:
+    digest = subject_digest(user_id)
+    return new_receipt(DELETE_USER, digest, digest, tally.places(), dry_run=dry_run)
 
 
 def delete_user(
@@ -314,143 +429,8 @@ def delete_user(
 
     """
     user_id = checked_user_id(user_id)
-    tally = _Tally()
-    threads = threads_owned_by(store, user_id)
-    tally.add("thread", "threads", len(threads))
-    for thread in threads:
-        facts = _matching(store, _PROJECTS, {"source_thread": thread})
-        tally.add("project fact", "memory/projects/*", len(facts))
-        _remove(store, facts, tally, dry_run)
-    leases = not _ready(_sql(store, _NO_LEASES))
-    for thread in threads:
-        with _held(connection, thread, wait):
-            _delete_thread(store, checkpointer, thread, tally, dry_run, leases)
-    queued = [
-        i for i in _matching(store, memory_queue(), {"user_id": user_id}) if i.key not in threads
-    ]
-    tally.add("queue entry", "memory_queue", len(queued))
-    _remove(store, queued, tally, dry_run)
-    memory = _items_under(store, ("memory", user_id))
-    for item in memory:
-        tally.add(*_memory_place(item, user_id))
-    _remove(store, memory, tally, dry_run)
-    receipts = list_namespace(store, forget_receipts(user_id))
-    tally.add("forget receipt", "receipts/forget/<user>", len(receipts))
-    _remove(store, receipts, tally, dry_run)
-    if _ready(_sql(store, _HAS_TRACKING)):
-        params = _tracking_params(user_id) * 2
-        _tally_tracking(tally, _sql(store, _tracking_statement(dry_run), params))
-    return _finish(store, user_id, tally, dry_run)
-
-
-def _receipt(user_id: str, tally: _Tally, dry_run: bool) -> Receipt:
-    digest = subject_digest(user_id)
-    return new_receipt(DELETE_USER, digest, digest, tally.places(), dry_run=dry_run)
-
-
-def _finish(store: BaseStore, user_id: str, tally: _Tally, dry_run: bool) -> Receipt:
-    receipt = _receipt(user_id, tally, dry_run)
-    if receipt.places and not dry_run:
-        fact_index_cache.clear()  # this process's indexes of the deleted namespaces
-        store_receipt(store, receipt)
-    return receipt
-
-
-# -- async -----------------------------------------------------------------------------
-
-
-async def _asql(store: BaseStore, query: str, params: Sequence[object] = ()) -> list[Any]:
-    """Async :func:`_sql` (a sync ``PostgresStore`` is queried as :func:`_sql` does)."""
-    if isinstance(store, PostgresStore):
-        return _sql(store, query, params)
-    if not isinstance(store, AsyncPostgresStore):
-        return []
-    async with acommitted_cursor(store) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall() if cur.description else []
-
-
-async def _anamespaces(store: BaseStore, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
-    found: list[tuple[str, ...]] = []
-    while True:
-        page = await store.alist_namespaces(prefix=prefix, limit=_PAGE, offset=len(found))
-        found.extend(page)
-        if len(page) < _PAGE:
-            return found
-
-
-async def _aitems_under(store: BaseStore, prefix: tuple[str, ...]) -> list[Item]:
-    items: list[Item] = []
-    for ns in await _anamespaces(store, prefix):
-        items.extend(await alist_namespace(store, ns))
-    return items
-
-
-async def _amatching(
-    store: BaseStore, prefix: tuple[str, ...], match: dict[str, Any]
-) -> list[Item]:
-    found: list[Item] = []
-    while True:
-        page = await store.asearch(prefix, filter=match, limit=_PAGE, offset=len(found))
-        found.extend(page)
-        if len(page) < _PAGE:
-            return found
-
-
-async def _aremove(store: BaseStore, items: Sequence[Item], tally: _Tally, dry_run: bool) -> None:
-    """Async :func:`_remove`."""
-    if items and _ready(await _asql(store, _HAS_VECTORS)):
-        rows = await _asql(store, _VECTORS, _pairs(items))
-        tally.add("vector row", "store_vectors", _count(rows))
-    if not dry_run:
-        for batch in _deletes(items):
-            await store.abatch(batch)
-
-
-@asynccontextmanager
-async def _aheld(
-    connection: Persistence | AsyncPersistence | None, thread: str, wait: float
-) -> AsyncIterator[None]:
-    if connection is None:
-        yield
-        return
-    async with athread_lock(connection, thread, wait=wait):
-        yield
-
-
-async def _adelete_thread(
-    store: BaseStore,
-    checkpointer: BaseCheckpointSaver[Any],
-    thread: str,
-    tally: _Tally,
-    dry_run: bool,
-    leases: bool,
-) -> None:
-    """Async :func:`_delete_thread`."""
-    queued = await store.aget(memory_queue(), thread)
-    if queued is not None:
-        tally.add("queue entry", "memory_queue")
-        await _aremove(store, [queued], tally, dry_run)
-    if leases and dry_run:
-        current = await leases_for(store).acurrent(thread)
-        tally.add("lease row", LEASE_TABLE, int(current is not None))
-    elif leases:
-        tally.add("lease row", LEASE_TABLE, await adelete_lease(store, thread))
-    checkpoints = 0
-    async for _ in checkpointer.alist({"configurable": {"thread_id": thread}}):
-        checkpoints += 1
-    tally.add("checkpoint", "checkpointer", checkpoints)
-    if checkpoints and not dry_run:
-        await checkpointer.adelete_thread(thread)
-    items = await _aitems_under(store, ("threads", thread))
-    owner = [i for i in items if _thread_place(i)[0] == "owner record"]
-    rest = [i for i in items if _thread_place(i)[0] != "owner record"]
-    for item in items:
-        tally.add(*_thread_place(item))
-    await _aremove(store, rest, tally, dry_run)
-    await _aremove(store, owner, tally, dry_run)
-    if not dry_run:
-        forget_owner(store, thread)
+    deletion = _Deletion(store, checkpointer, _Tally(), dry_run)
+    return run(deletion.user(user_id, (connection, wait)))
 
 
 async def adelete_user(
@@ -464,36 +444,5 @@ async def adelete_user(
 ) -> Receipt:
     """Async :func:`delete_user` (an async Store and checkpointer)."""
     user_id = checked_user_id(user_id)
-    tally = _Tally()
-    threads = await athreads_owned_by(store, user_id)
-    tally.add("thread", "threads", len(threads))
-    for thread in threads:
-        facts = await _amatching(store, _PROJECTS, {"source_thread": thread})
-        tally.add("project fact", "memory/projects/*", len(facts))
-        await _aremove(store, facts, tally, dry_run)
-    leases = not _ready(await _asql(store, _NO_LEASES))
-    for thread in threads:
-        async with _aheld(connection, thread, wait):
-            await _adelete_thread(store, checkpointer, thread, tally, dry_run, leases)
-    queued = [
-        i
-        for i in await _amatching(store, memory_queue(), {"user_id": user_id})
-        if i.key not in threads
-    ]
-    tally.add("queue entry", "memory_queue", len(queued))
-    await _aremove(store, queued, tally, dry_run)
-    memory = await _aitems_under(store, ("memory", user_id))
-    for item in memory:
-        tally.add(*_memory_place(item, user_id))
-    await _aremove(store, memory, tally, dry_run)
-    receipts = await alist_namespace(store, forget_receipts(user_id))
-    tally.add("forget receipt", "receipts/forget/<user>", len(receipts))
-    await _aremove(store, receipts, tally, dry_run)
-    if _ready(await _asql(store, _HAS_TRACKING)):
-        params = _tracking_params(user_id) * 2
-        _tally_tracking(tally, await _asql(store, _tracking_statement(dry_run), params))
-    receipt = _receipt(user_id, tally, dry_run)
-    if receipt.places and not dry_run:
-        fact_index_cache.clear()
-        await astore_receipt(store, receipt)
-    return receipt
+    deletion = _Deletion(store, checkpointer, _Tally(), dry_run)
+    return await arun(deletion.user(user_id, (connection, wait)))

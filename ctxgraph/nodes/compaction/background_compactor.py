@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AnyMessage
@@ -19,7 +20,6 @@ from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.compaction.background import BackgroundJobs, JobSnapshot
 from ctxgraph.nodes.compaction.commit import CompactionCommit
-from ctxgraph.nodes.compaction.errors import thread_id_of
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.job_queue import JobQueue, job_payload
 from ctxgraph.nodes.compaction.job_results import (
@@ -42,11 +42,30 @@ from ctxgraph.nodes.compaction.planner import CompactionPlanner, Plan
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.compaction_state import CompactionJob
 from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.sans_io import run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
 from ctxgraph.store.persistence.compaction_lease import CompactionLeases, leases_for, new_holder
 
 logger = logging.getLogger("ctxgraph.compaction")
+
+
+@dataclass(frozen=True)
+class BackgroundStep:
+    """What the background path works from: a thread's state, settings, Store and request.
+
+    ``before`` is the size of the state's request; ``thread_id`` the thread it belongs to.
+    """
+
+    state: AgentState
+    settings: Settings
+    store: BaseStore
+    thread_id: str
+    before: RequestSize
+
+    def plan(self, planner: CompactionPlanner) -> Plan:
+        """``planner``'s plan of a compaction of this state."""
+        return planner.plan(self.state, self.settings, self.store, self.thread_id, self.before)
 
 
 class BackgroundCompactor:
@@ -69,14 +88,7 @@ class BackgroundCompactor:
         self._jobs = jobs
         self._queue = queue
 
-    def step(
-        self,
-        state: AgentState,
-        settings: Settings,
-        store: BaseStore,
-        config: RunnableConfig,
-        before: RequestSize,
-    ) -> dict[str, Any]:
+    def step(self, at: BackgroundStep, config: RunnableConfig) -> dict[str, Any]:
         """Below the triggers in background mode: apply a ready result, or start a job.
 
         A ready result is applied as soon as the run passes ``compact`` (no waiting): the
@@ -84,10 +96,10 @@ class BackgroundCompactor:
         ``background_fraction`` to the trigger. A job that ended without a usable result
         allows one more attempt from the same version.
         """
-        thread_id = thread_id_of(config)
-        if job_due(state, settings, before, self._planner.window(settings)):
-            return self._start(state, settings, store, thread_id, before)
-        plan = self._planner.plan(state, settings, store, thread_id, before)
+        state, settings = at.state, at.settings
+        if job_due(state, settings, at.before, self._planner.window(settings)):
+            return self._start(at)
+        plan = at.plan(self._planner)
         applied = self.apply(plan, state.get("messages") or [], config, wait_s=0)
         if applied is not None:
             return applied
@@ -100,14 +112,7 @@ class BackgroundCompactor:
         known["attempts"] = int(known.get("attempts", 1))
         return {**discarded, "compaction_job": known}
 
-    async def queue(
-        self,
-        state: AgentState,
-        settings: Settings,
-        store: BaseStore,
-        config: RunnableConfig,
-        before: RequestSize,
-    ) -> dict[str, Any] | None:
+    async def queue(self, at: BackgroundStep, config: RunnableConfig) -> dict[str, Any] | None:
         """Hand the job's snapshot to the queue (a worker run takes the lease and runs it).
 
         None without a queue, or when the queue refused it (logged as
@@ -115,7 +120,8 @@ class BackgroundCompactor:
         """
         if self._queue is None:
             return None
-        plan = self._planner.plan(state, settings, store, thread_id_of(config), before)
+        state, before = at.state, at.before
+        plan = at.plan(self._planner)
         thread_id = plan.archive.thread_id
         known = known_job(state, "queued")
         if not plan.old:
@@ -154,14 +160,7 @@ class BackgroundCompactor:
         )
         return {"compaction_job": {**known, "run_id": run_id}}
 
-    def _start(
-        self,
-        state: AgentState,
-        settings: Settings,
-        store: BaseStore,
-        thread_id: str,
-        before: RequestSize,
-    ) -> dict[str, Any]:
+    def _start(self, at: BackgroundStep) -> dict[str, Any]:
         """Start a background summary job on a snapshot of the window, if none is known.
 
         A result already stored for the current version is left for a step to apply; a
@@ -169,26 +168,20 @@ class BackgroundCompactor:
         call). Either way ``compaction_job`` records it, so the router does not start
         another job from this version.
         """
-        launched = self._launch(state, settings, store, thread_id, before)
-        known = known_job(state, launched.state)
+        launched = self._launch(at)
+        known = known_job(at.state, launched.state)
         if launched.lease is not None:
             known.update(token=launched.lease.token, holder=launched.lease.holder)
         return {"compaction_job": known}
 
-    def _launch(
-        self,
-        state: AgentState,
-        settings: Settings,
-        store: BaseStore,
-        thread_id: str,
-        before: RequestSize,
-    ) -> Launch:
+    def _launch(self, at: BackgroundStep) -> Launch:
         """Start a job for ``state`` unless a result is ready or another job holds the lease.
 
         No job starts when its result would be refused by the size check whatever the
         summary (``Plan.unfit``): ``compaction.skipped`` and ``Launch.reason`` say why.
         """
-        version = mark_version(state)
+        state, settings, store, thread_id = at.state, at.settings, at.store, at.thread_id
+        before, version = at.before, mark_version(state)
         ready = JobResults(store, thread_id).ready(version)
         if ready is not None:
             return Launch("ready", result=ready)
@@ -204,7 +197,7 @@ class BackgroundCompactor:
                 token=holder.token if holder else None,
             )
             return Launch("busy")
-        plan = self._planner.plan(state, settings, store, thread_id, before)
+        plan = at.plan(self._planner)
         if not plan.old:
             leases.release(lease)
             return Launch("nothing to fold")
@@ -232,15 +225,7 @@ class BackgroundCompactor:
         )
         return Launch("running", lease=lease, worker=worker)
 
-    def run_job(
-        self,
-        state: AgentState,
-        store: BaseStore,
-        thread_id: str,
-        *,
-        wait_s: float,
-        settings: Settings,
-    ) -> Launch:
+    def run_job(self, at: BackgroundStep, *, wait_s: float) -> Launch:
         """Start a background job for a saved thread state and wait for it, or join one.
 
         For tools outside a run (``ctxgraph threads compact``). A result already stored
@@ -249,8 +234,8 @@ class BackgroundCompactor:
         it (``completed``). After ``wait_s`` seconds the state is ``running`` (the job
         goes on); a job that ended without a result is ``failed`` (the reason is logged).
         """
-        before = self._planner.measure(state, settings)
-        launched = self._launch(state, settings, store, thread_id, before)
+        launched = self._launch(at)
+        store, thread_id = at.store, at.thread_id
         if launched.state in ("ready", "nothing to fold", UNFIT):
             return launched
         if launched.worker is not None:
@@ -259,7 +244,7 @@ class BackgroundCompactor:
                 return launched
         elif not _lease_ended(leases_for(store), thread_id, time.monotonic() + wait_s):
             return Launch("running")
-        result = JobResults(store, thread_id).ready(mark_version(state))
+        result = JobResults(store, thread_id).ready(mark_version(at.state))
         if result is None:
             return Launch("failed", lease=launched.lease)
         return Launch("joined" if launched.worker is None else "completed", result=result)
@@ -357,7 +342,7 @@ class BackgroundCompactor:
         finished = self._planner.finish(job_plan, result.sections)
         if isinstance(finished, str):
             return f"the compacted request would not fit: {finished}"
-        if not self._commit.prepare(plan.archive, finished.record, old, window, config):
+        if not run(self._commit.prepare(plan.archive, finished.record, old, window, config)):
             return {}
         emit(
             "applied",

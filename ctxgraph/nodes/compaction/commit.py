@@ -12,6 +12,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from ctxgraph.nodes.compaction.audit import ArchiveAudit
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
     ThreadArchive,
@@ -138,30 +139,18 @@ class CompactionCommit:
         folded: Sequence[BaseMessage],
         window: Sequence[BaseMessage],
         config: RunnableConfig,
-    ) -> bool:
-        """Archive ``record`` as a prepared version; False (nothing written) if moved."""
-        if self._head is not None:
-            head = self._head.read(archive.thread_id, graph_namespace(config))
-            if self._discard(archive, record, head, folded, window):
-                return False
-        archive.put(record, committed_version=record["version"] - 1)
-        self.audit.wrote(archive.thread_id, record["version"])
-        return True
+    ) -> Flow[bool]:
+        """Archive ``record`` as a prepared version; False (nothing written) if moved.
 
-    async def aprepare(
-        self,
-        archive: ThreadArchive,
-        record: ArchiveRecord,
-        folded: Sequence[BaseMessage],
-        window: Sequence[BaseMessage],
-        config: RunnableConfig,
-    ) -> bool:
-        """Async :meth:`prepare`."""
+        A flow (``ctxgraph.state.sans_io``): ``run`` or ``arun`` it, or ``yield from`` it.
+        """
         if self._head is not None:
-            head = await self._head.aread(archive.thread_id, graph_namespace(config))
+            where = archive.thread_id, graph_namespace(config)
+            head = yield from io(self._head.read, self._head.aread, *where)
             if self._discard(archive, record, head, folded, window):
                 return False
-        await archive.aput(record, committed_version=record["version"] - 1)
+        committed = record["version"] - 1
+        yield from io(archive.put, archive.aput, record, committed_version=committed)
         self.audit.wrote(archive.thread_id, record["version"])
         return True
 

@@ -1,9 +1,10 @@
 """Inline compaction: summarize, verify and commit a plan within the step, or give up safely.
 
-The sync and async paths share one sans-I/O attempt (``_Attempt``) and differ only in
-how they call the summary model and the archive. After the summary calls the attempt
-emits ``compaction.summarized`` with what they cost, and its update adds that to
-``model_usage``, whatever the outcome (the provider billed the calls either way).
+The sync and async paths share one sans-I/O attempt (``_Attempt``), driven by one flow
+(``InlineCompactor.compact``) whose only I/O is the summary call and the archive write.
+After the summary calls the attempt emits ``compaction.summarized`` with what they cost,
+and its update adds that to ``model_usage``, whatever the outcome (the provider billed
+the calls either way).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ctxgraph.nodes.compaction.fallback import DEGRADED, degraded_sections
 from ctxgraph.nodes.compaction.job_results import take_discarded
 from ctxgraph.nodes.compaction.planner import CompactionPlanner, Finished, Plan
 from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryWriter
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
 from ctxgraph.store.persistence.archive import ArchiveRecord
@@ -54,38 +56,31 @@ class InlineCompactor:
 
     def compact(
         self, plan: Plan, window: Sequence[AnyMessage], config: RunnableConfig
-    ) -> dict[str, Any]:
-        """Synchronous compaction of ``plan``; ``window`` is the thread's working window."""
-        attempt = self._attempt(plan)
-        if attempt.summary_due():
-            try:
-                sections = self._writer.write(
-                    plan.job, plan.settings, plan.check, usage=attempt.usage
-                )
-            except SummaryError as error:
-                attempt.unsummarized(error)
-            else:
-                attempt.summarized(sections)
-        if (record := attempt.record()) is not None:
-            attempt.prepared(self._commit.prepare(plan.archive, record, plan.old, window, config))
-        return attempt.update()
+    ) -> Flow[dict[str, Any]]:
+        """Compaction of ``plan``; ``window`` is the thread's working window.
 
-    async def acompact(
-        self, plan: Plan, window: Sequence[AnyMessage], config: RunnableConfig
-    ) -> dict[str, Any]:
-        """Asynchronous :meth:`compact`."""
+        A flow (``ctxgraph.state.sans_io``): the node's sync and async paths drive it.
+        """
         attempt = self._attempt(plan)
         if attempt.summary_due():
+            writer = self._writer
             try:
-                sections = await self._writer.awrite(
-                    plan.job, plan.settings, plan.check, usage=attempt.usage
+                sections = yield from io(
+                    writer.write,
+                    writer.awrite,
+                    plan.job,
+                    plan.settings,
+                    plan.check,
+                    usage=attempt.usage,
                 )
             except SummaryError as error:
                 attempt.unsummarized(error)
             else:
                 attempt.summarized(sections)
         if (record := attempt.record()) is not None:
-            prepared = await self._commit.aprepare(plan.archive, record, plan.old, window, config)
+            prepared = yield from self._commit.prepare(
+                plan.archive, record, plan.old, window, config
+            )
             attempt.prepared(prepared)
         return attempt.update()
 

@@ -8,7 +8,6 @@ The node routes and runs the step; which messages leave the window is the planne
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -16,7 +15,7 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.compaction.background import BackgroundJobs
-from ctxgraph.nodes.compaction.background_compactor import BackgroundCompactor
+from ctxgraph.nodes.compaction.background_compactor import BackgroundCompactor, BackgroundStep
 from ctxgraph.nodes.compaction.commit import CompactionCommit, ThreadHead
 from ctxgraph.nodes.compaction.errors import CompactionError, require_store, thread_id_of
 from ctxgraph.nodes.compaction.inline import InlineCompactor
@@ -44,6 +43,7 @@ from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import Models
+from ctxgraph.state.sans_io import Flow, arun, io, run, threaded
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 
@@ -152,42 +152,40 @@ class CompactNode:
         In background mode a ready job result is applied instead, and below the triggers
         a job may be started (see ``BackgroundCompactor``).
         """
-        settings = self._settings_for(runtime)
-        window = self._planner.window(settings)
-        offloaded = self._offloads.apply(state, settings, window, runtime.store, config)
-        state = offloaded.applied(state)
-        if not fired_triggers(offloaded.size, settings, window):
-            if job_pending(state, settings, offloaded.size, window):
-                store = require_store(runtime.store)
-                step = self._background.step(state, settings, store, config, offloaded.size)
-                return offloaded.merged(step)
-            if offloaded.pending:
-                return offloaded.update()
-        return offloaded.merged(self._compact(state, runtime, config, offloaded.size))
+        return run(self._step(state, runtime, config))
 
     async def ainvoke(
         self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Asynchronous offloading, then compaction if a trigger still fires."""
+        return await arun(self._step(state, runtime, config))
+
+    def _step(
+        self, state: AgentState, runtime: Runtime[Context], config: RunnableConfig
+    ) -> Flow[dict[str, Any]]:
+        """The node's step, as a flow both paths drive (``ctxgraph.state.sans_io``)."""
         settings = self._settings_for(runtime)
         window = self._planner.window(settings)
-        offloaded = await self._offloads.aapply(state, settings, window, runtime.store, config)
+        offloaded = yield from self._offloads.apply(state, settings, window, runtime.store, config)
         state = offloaded.applied(state)
         if not fired_triggers(offloaded.size, settings, window):
             if job_pending(state, settings, offloaded.size, window):
-                store, size = require_store(runtime.store), offloaded.size
-                if job_due(state, settings, size, window):
-                    queued = await self._background.queue(state, settings, store, config, size)
-                    if queued is not None:
-                        return offloaded.merged(queued)
-                # The lease and Store calls are short; a thread keeps them off the loop.
-                step = await asyncio.to_thread(
-                    self._background.step, state, settings, store, config, size
-                )
+                store, thread_id = require_store(runtime.store), thread_id_of(config)
+                at = BackgroundStep(state, settings, store, thread_id, offloaded.size)
+                step = yield from io(self._background.step, self._abackground_step, at, config)
                 return offloaded.merged(step)
             if offloaded.pending:
                 return offloaded.update()
-        return offloaded.merged(await self._acompact(state, runtime, config, offloaded.size))
+        return offloaded.merged((yield from self._compact(state, runtime, config, offloaded.size)))
+
+    async def _abackground_step(self, at: BackgroundStep, config: RunnableConfig) -> dict[str, Any]:
+        """Async ``BackgroundCompactor.step``: an async run may hand a due job to the queue."""
+        if job_due(at.state, at.settings, at.before, self._planner.window(at.settings)):
+            queued = await self._background.queue(at, config)
+            if queued is not None:
+                return queued
+        # The lease and Store calls are short; a thread keeps them off the loop.
+        return await asyncio.to_thread(self._background.step, at, config)
 
     def _plan(
         self,
@@ -205,37 +203,20 @@ class CompactNode:
         runtime: Runtime[Context],
         config: RunnableConfig,
         before: RequestSize,
-    ) -> dict[str, Any]:
-        """Synchronous compaction; in background mode a ready job result goes first."""
+    ) -> Flow[dict[str, Any]]:
+        """Compaction; in background mode a ready job result goes first."""
         plan = self._plan(state, runtime, config, before)
         window = state.get("messages") or []
-        self._commit.audit.check(plan.archive, plan.mark)
+        audit = self._commit.audit
+        yield from io(audit.check, audit.acheck, plan.archive, plan.mark)
         if plan.settings.compaction_mode == "background":
+            # Polling the Store for a running job's result may wait; async keeps it off the loop.
+            apply = self._background.apply
             wait = plan.settings.background_wait_s
-            applied = self._background.apply(plan, window, config, wait_s=wait)
+            applied = yield from io(apply, threaded(apply), plan, window, config, wait_s=wait)
             if applied is not None:
                 return applied
-        return self._inline.compact(plan, window, config)
-
-    async def _acompact(
-        self,
-        state: AgentState,
-        runtime: Runtime[Context],
-        config: RunnableConfig,
-        before: RequestSize,
-    ) -> dict[str, Any]:
-        """Asynchronous compaction; in background mode a ready job result goes first."""
-        plan = self._plan(state, runtime, config, before)
-        window = state.get("messages") or []
-        await self._commit.audit.acheck(plan.archive, plan.mark)
-        if plan.settings.compaction_mode == "background":
-            # Polling the Store for a running job's result may wait; keep it off the loop.
-            wait = plan.settings.background_wait_s
-            apply = partial(self._background.apply, wait_s=wait)
-            applied = await asyncio.to_thread(apply, plan, window, config)
-            if applied is not None:
-                return applied
-        return await self._inline.acompact(plan, window, config)
+        return (yield from self._inline.compact(plan, window, config))
 
     def run_job(
         self,
@@ -252,4 +233,6 @@ class CompactNode:
         ``BackgroundCompactor.run_job``. ``settings`` default to the node's.
         """
         chosen = settings or self._settings
-        return self._background.run_job(state, store, thread_id, wait_s=wait_s, settings=chosen)
+        before = self._planner.measure(state, chosen)
+        at = BackgroundStep(state, chosen, store, thread_id, before)
+        return self._background.run_job(at, wait_s=wait_s)

@@ -12,14 +12,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.compaction.triggers import args_offload_due
-from ctxgraph.nodes.offload.args import LongArgument, aoffload_arguments, long_arguments
-from ctxgraph.nodes.offload.args import offload_arguments as store_arguments
-from ctxgraph.nodes.offload.inputs import aoffload_inputs, large_inputs, offload_inputs
+from ctxgraph.nodes.offload.args import LongArgument, long_arguments, offload_arguments
+from ctxgraph.nodes.offload.inputs import large_inputs, offload_inputs
 from ctxgraph.nodes.offload.orphans import OrphanSweep
 from ctxgraph.nodes.offload.refs import live_refs
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.context import ContextError, validate_thread_id
 from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.store.artifacts import ArtifactStore
@@ -145,62 +145,38 @@ class StepOffloads:
         window: int | None,
         store: BaseStore | None,
         config: RunnableConfig,
-    ) -> Offloaded:
-        """Offload large inputs, then old arguments if due; evict over the quota."""
-        done = Offloaded(self._measure(state, settings))
-        target = _target(store, config)
-        inputs = large_inputs(state.get("messages") or [], settings, window, counter=self._counter)
-        if inputs:
-            offloaded = offload_inputs(target.artifacts, inputs, unavailable=target.unavailable)
-            self._record(done, offloaded.messages, offloaded.refs, state, settings)
-        arguments = self._arguments(done, target, state, settings, window)
-        if target.artifacts is not None and arguments:
-            stored = store_arguments(target.artifacts, arguments)
-            self._record(done, stored.messages, stored.refs, state, settings)
-        if target.artifacts is not None and done.refs:
-            usage = target.artifacts.usage_bytes()
-            if usage > settings.artifact_quota_bytes:
-                keep = self._keep(done, state)
-                self._evicted(target.artifacts.evict(settings.artifact_quota_bytes, keep), usage)
-        if target.artifacts is not None:
-            try:
-                self.orphans.sweep(target.artifacts, done.applied(state), done.refs)
-            except Exception:  # the step's offloads stand; only the cleanup is left undone
-                logger.warning("removing orphan artifacts failed", exc_info=True)
-        return done
+    ) -> Flow[Offloaded]:
+        """Offload large inputs, then old arguments if due; evict over the quota.
 
-    async def aapply(
-        self,
-        state: AgentState,
-        settings: Settings,
-        window: int | None,
-        store: BaseStore | None,
-        config: RunnableConfig,
-    ) -> Offloaded:
-        """Async :meth:`apply`."""
+        A flow (``ctxgraph.state.sans_io``): the node's sync and async paths drive it.
+        """
         done = Offloaded(self._measure(state, settings))
         target = _target(store, config)
         inputs = large_inputs(state.get("messages") or [], settings, window, counter=self._counter)
         if inputs:
-            offloaded = await aoffload_inputs(
+            offloaded = yield from offload_inputs(
                 target.artifacts, inputs, unavailable=target.unavailable
             )
             self._record(done, offloaded.messages, offloaded.refs, state, settings)
         arguments = self._arguments(done, target, state, settings, window)
-        if target.artifacts is not None and arguments:
-            stored = await aoffload_arguments(target.artifacts, arguments)
+        artifacts = target.artifacts
+        if artifacts is None:
+            return done
+        if arguments:
+            stored = yield from offload_arguments(artifacts, arguments)
             self._record(done, stored.messages, stored.refs, state, settings)
-        if target.artifacts is not None and done.refs:
-            usage = await target.artifacts.ausage_bytes()
+        if done.refs:
+            usage = yield from io(artifacts.usage_bytes, artifacts.ausage_bytes)
             if usage > settings.artifact_quota_bytes:
                 keep = self._keep(done, state)
-                evicted = await target.artifacts.aevict(settings.artifact_quota_bytes, keep)
-                self._evicted(evicted, usage)
-        if target.artifacts is not None:
-            try:
-                await self.orphans.asweep(target.artifacts, done.applied(state), done.refs)
-            except Exception:  # the step's offloads stand; only the cleanup is left undone
-                logger.warning("removing orphan artifacts failed", exc_info=True)
+                quota = settings.artifact_quota_bytes
+                self._evicted(
+                    (yield from io(artifacts.evict, artifacts.aevict, quota, keep)), usage
+                )
+        try:
+            yield from self.orphans.sweep_flow(artifacts, done.applied(state), done.refs, False)
+        except Exception:  # the step's offloads stand; only the cleanup is left undone
+            logger.warning("removing orphan artifacts failed", exc_info=True)
         return done
 
     def _arguments(

@@ -16,7 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -39,6 +39,7 @@ from ctxgraph.nodes.memory.reading import Reading, read_lines
 from ctxgraph.nodes.memory.reading import update_from_text as update_from_text
 from ctxgraph.state.context import Context
 from ctxgraph.state.prompt_template import check_template
+from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.tokens import TokenCounter, message_text
 from ctxgraph.state.usage import CallUsage, call_usage
 from ctxgraph.store.memory.repository import (
@@ -233,17 +234,6 @@ def relevant_facts(
     return repository.memory_candidates(context, fact_query(rows), limit=limit)[:limit]
 
 
-async def arelevant_facts(
-    repository: MemoryRepository,
-    context: Context,
-    rows: Sequence[Mapping[str, str]],
-    limit: int = EXTRACTION_FACTS,
-) -> list[Fact]:
-    """Async :func:`relevant_facts`."""
-    found = await repository.amemory_candidates(context, fact_query(rows), limit=limit)
-    return found[:limit]
-
-
 def check_extraction_prompt(template: object) -> str:
     """Return ``template`` once it can replace ``EXTRACTION_PROMPT``.
 
@@ -342,6 +332,23 @@ def handover(profile: Mapping[str, str], candidates: Sequence[Fact] | None) -> d
 def memory_config() -> RunnableConfig:
     """Config for extraction calls: tagged so they never reach the user's stream."""
     return {"tags": list(MEMORY_TAGS), "run_name": "ctxgraph_memory"}
+
+
+Rows = Sequence[dict[str, str]]
+"""Filtered conversation rows (``filter_for_memory``)."""
+
+
+class Extraction(TypedDict, total=False):
+    """What ``MemoryExtractor.extract`` and ``aextract`` take by keyword."""
+
+    thread_id: Required[str]
+    """The thread the rows come from (recorded on each stored fact)."""
+    threshold: Required[float]
+    """The lowest confidence a fact is stored with."""
+    profile: Mapping[str, str] | None
+    """The profile this turn already read (None: read here)."""
+    facts: Sequence[KnownFact] | None
+    """Every stored fact, as ``known_facts`` shows them, if already read (None: ranked here)."""
 
 
 class MemoryExtractor:
@@ -457,15 +464,7 @@ class MemoryExtractor:
         return result, _decide(reading, rows, context, threshold, result)
 
     def extract(
-        self,
-        rows: Sequence[dict[str, str]],
-        context: Context,
-        repository: MemoryRepository,
-        *,
-        thread_id: str,
-        threshold: float,
-        profile: Mapping[str, str] | None = None,
-        facts: Sequence[KnownFact] | None = None,
+        self, rows: Rows, context: Context, repository: MemoryRepository, **how: Unpack[Extraction]
     ) -> ExtractionResult:
         """Ask the model (a second time only for plain lines) and store what the rules accept.
 
@@ -474,30 +473,17 @@ class MemoryExtractor:
         here, and the facts are ranked here (:func:`relevant_facts`) unless given and at
         most ``fact_limit``.
         """
-        if profile is None:
-            profile = repository.get_profile(context)
-        if facts is None or len(facts) > self.fact_limit:
-            facts = known_facts(relevant_facts(repository, context, rows, self.fact_limit))
-        ladder = self._ladder(rows, profile, facts)
-        while (call := ladder.next_call()) is not None:
-            rung, messages = call
-            reply = self._runnable(rung).invoke(messages, memory_config())
-            ladder.answered(*self._answer(rung, messages, reply, threshold))
-        result, accepted = self._outcome(ladder, rows, context, threshold)
-        for decision in accepted:
-            candidate = decision.candidate
-            if isinstance(candidate, FactCandidate):
-                fact = repository.remember(context, candidate, decision, thread_id=thread_id)
-                if fact is not None:
-                    result.stored.append(fact)
-            elif candidate is not None:
-                result.profile = repository.update_profile(context, candidate)
-                result.profile_sections.append(candidate.section)
-        return result
+        return run(self.extraction(rows, context, repository, **how))
 
     async def aextract(
+        self, rows: Rows, context: Context, repository: MemoryRepository, **how: Unpack[Extraction]
+    ) -> ExtractionResult:
+        """Async :meth:`extract`."""
+        return await arun(self.extraction(rows, context, repository, **how))
+
+    def extraction(
         self,
-        rows: Sequence[dict[str, str]],
+        rows: Rows,
         context: Context,
         repository: MemoryRepository,
         *,
@@ -505,29 +491,45 @@ class MemoryExtractor:
         threshold: float,
         profile: Mapping[str, str] | None = None,
         facts: Sequence[KnownFact] | None = None,
-    ) -> ExtractionResult:
-        """Async :meth:`extract`."""
+    ) -> Flow[ExtractionResult]:
+        """:meth:`extract` as a flow (``ctxgraph.state.sans_io``), for ``yield from``."""
         if profile is None:
-            profile = await repository.aget_profile(context)
+            profile = yield from io(repository.get_profile, repository.aget_profile, context)
         if facts is None or len(facts) > self.fact_limit:
-            found = await arelevant_facts(repository, context, rows, self.fact_limit)
-            facts = known_facts(found)
+            limit, query = self.fact_limit, fact_query(rows)
+            rank = repository.memory_candidates, repository.amemory_candidates
+            found = yield from io(*rank, context, query, limit=limit)
+            facts = known_facts(found[:limit])  # as relevant_facts
         ladder = self._ladder(rows, profile, facts)
         while (call := ladder.next_call()) is not None:
             rung, messages = call
-            reply = await self._runnable(rung).ainvoke(messages, memory_config())
+            model = self._runnable(rung)
+            reply = yield from io(model.invoke, model.ainvoke, messages, memory_config())
             ladder.answered(*self._answer(rung, messages, reply, threshold))
         result, accepted = self._outcome(ladder, rows, context, threshold)
         for decision in accepted:
-            candidate = decision.candidate
-            if isinstance(candidate, FactCandidate):
-                fact = await repository.aremember(context, candidate, decision, thread_id=thread_id)
-                if fact is not None:
-                    result.stored.append(fact)
-            elif candidate is not None:
-                result.profile = await repository.aupdate_profile(context, candidate)
-                result.profile_sections.append(candidate.section)
+            yield from self._store(decision, result, context, repository, thread_id)
         return result
+
+    @staticmethod
+    def _store(
+        decision: Decision,
+        result: ExtractionResult,
+        context: Context,
+        repository: MemoryRepository,
+        thread_id: str,
+    ) -> Flow[None]:
+        """Store one accepted fact or profile section, and note it in ``result``."""
+        candidate = decision.candidate
+        if isinstance(candidate, FactCandidate):
+            remember = repository.remember, repository.aremember
+            fact = yield from io(*remember, context, candidate, decision, thread_id=thread_id)
+            if fact is not None:
+                result.stored.append(fact)
+        elif candidate is not None:
+            update = repository.update_profile, repository.aupdate_profile
+            result.profile = yield from io(*update, context, candidate)
+            result.profile_sections.append(candidate.section)
 
 
 def total_usage(calls: Sequence[CallUsage]) -> CallUsage | None:

@@ -33,13 +33,15 @@ from ctxgraph.nodes.memory.extract import MEMORY_TURN_KEY, ExtractionResult, Mem
 from ctxgraph.nodes.memory.filter import USER, filter_for_memory, has_user_rows
 from ctxgraph.nodes.memory.gate import gate_reason
 from ctxgraph.nodes.memory.runner import RUNNER, BackgroundRunner, ThreadExtraction
+from ctxgraph.nodes.memory.worker import emit_extracted
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
+from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.usage import CallUsage, calls_event_fields, usage_update
+from ctxgraph.state.usage import CallUsage, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
@@ -57,17 +59,7 @@ def extraction_event(
     job: MemoryJob, rows: Sequence[Row], result: ExtractionResult
 ) -> dict[str, Any]:
     """Emit ``memory.extracted`` for one call over ``rows``: its usage and what it wrote."""
-    fields: dict[str, Any] = {
-        "at": job.at,
-        "rows": len(rows),
-        "facts": len(result.stored),
-        "profile_sections": len(result.profile_sections),
-        "rejected": len(result.rejected),
-        "unreadable": result.skipped,
-    }
-    if calls := result.model_calls():
-        fields.update(calls_event_fields(calls))
-    return events.emit("extracted", job.thread_id, **fields)
+    return emit_extracted(job.thread_id, job.at, len(rows), result)
 
 
 def usage_of(result: ExtractionResult) -> dict[str, Any]:
@@ -155,12 +147,7 @@ class MemoryNodes:
         messages: Sequence[BaseMessage] = state.get("messages") or []
         among: set[str] | None = None
         if folding:
-            old = self._folded(state, settings)
-            if any(not m.id for m in old):
-                # Rows of messages without ids are named by position: use the old ones alone.
-                messages, among = old, None
-            else:
-                among = {m.id for m in old if m.id}
+            messages, among = self._folding(state, settings, messages)
         return MemoryJob(
             store=runtime.store,
             context=context,
@@ -172,6 +159,16 @@ class MemoryNodes:
             turn=state.get("memory_turn"),  # MEMORY_TURN_KEY
             repositories=self._repositories,
         )
+
+    def _folding(
+        self, state: AgentState, settings: Settings, messages: Sequence[BaseMessage]
+    ) -> tuple[Sequence[BaseMessage], set[str] | None]:
+        """A flush's messages and the ids it extracts among (the ones about to be folded)."""
+        old = self._folded(state, settings)
+        if any(not m.id for m in old):
+            # Rows of messages without ids are named by position: use the old ones alone.
+            return old, None
+        return messages, {m.id for m in old if m.id}
 
     def _folded(self, state: AgentState, settings: Settings) -> list[AnyMessage]:
         old, _ = self._planner.split(state, settings)
@@ -213,57 +210,43 @@ class MemoryNodes:
 
     def _run(self, job: MemoryJob) -> dict[str, Any]:
         """Extract the job's new rows; returns the ``memory_turn`` (and usage) update."""
-        plan = _Plan(job)
-        if not plan.candidates:
-            return {}
-        while reads := plan.reads():  # at most two batches, usually one
-            plan.read(job.store.batch(reads))
-        rows = plan.new_rows()
-        if not rows:
-            return plan.update()
-        usage: dict[str, Any] = {}
-        if plan.inline(rows):
-            try:
-                result = self._extractor.extract(rows, **plan.extraction())
-            except Exception as error:  # the model's failure must not fail the turn
-                self._warn(error)
-                return plan.failed()
-            plan.extracted(result)
-            extraction_event(job, rows, result)
-            usage = usage_of(result)
-        put_facts(job.store, plan.writes(rows))
-        if plan.claimed:  # background extractions of earlier turns, counted now
-            usage = {USAGE_KEY: usage_update(*plan.claimed)}
-        if plan.handed_on:
-            self._runner.submit(self._background(job))
-        return {**plan.update(), **usage}
+        return run(self._flow(job))
 
     async def _arun(self, job: MemoryJob) -> dict[str, Any]:
         """Async :meth:`_run`."""
+        return await arun(self._flow(job))
+
+    def _flow(self, job: MemoryJob) -> Flow[dict[str, Any]]:
+        """:meth:`_run` as a flow: Store batches, the model call and the hand-off are I/O."""
         plan = _Plan(job)
         if not plan.candidates:
             return {}
+        store, extractor = job.store, self._extractor
         while reads := plan.reads():  # at most two batches, usually one
-            plan.read(await job.store.abatch(reads))
+            plan.read((yield from io(store.batch, store.abatch, reads)))
         rows = plan.new_rows()
         if not rows:
             return plan.update()
         usage: dict[str, Any] = {}
         if plan.inline(rows):
             try:
-                result = await self._extractor.aextract(rows, **plan.extraction())
+                result = yield from extractor.extraction(rows, **plan.extraction())
             except Exception as error:  # the model's failure must not fail the turn
                 self._warn(error)
                 return plan.failed()
             plan.extracted(result)
             extraction_event(job, rows, result)
             usage = usage_of(result)
-        await aput_facts(job.store, plan.writes(rows))
+        yield from io(put_facts, aput_facts, store, plan.writes(rows))
         if plan.claimed:  # background extractions of earlier turns, counted now
             usage = {USAGE_KEY: usage_update(*plan.claimed)}
         if plan.handed_on:
-            self._runner.asubmit(self._background(job))
+            yield from io(self._runner.submit, self._asubmit, self._background(job))
         return {**plan.update(), **usage}
+
+    async def _asubmit(self, extraction: ThreadExtraction) -> bool:
+        """Hand ``extraction`` to the runner as a task on this event loop."""
+        return self._runner.asubmit(extraction)
 
     def _background(self, job: MemoryJob) -> ThreadExtraction:
         """The runner's extraction of the thread's queued item, with the graph's extractor."""
@@ -285,14 +268,15 @@ class MemoryNodes:
 class _Plan:
     """One run of extraction over a job, as Store batches: what to read, what to write.
 
-    The sync and async nodes share it and differ only in how they call the Store and
-    the memory model. It starts from what this run already read (the ``memory_turn``
-    channel) and reads the rest in batches (see :meth:`reads`): the processed ids unless
-    handed on, the profile when the memory model is called and no earlier node read it,
-    and the waiting queue item when rows are queued (deferred or background); at the end of
-    a background turn, also what earlier background extractions left to count
-    (``UnclaimedUsage``). It writes in one batch: the queue item, the processed ids and the
-    deletes of the usage it claimed.
+    The sync and async nodes share it through one flow (``MemoryNodes._flow``), whose
+    I/O is the Store batches, the memory model's call and the hand-off to the runner. It
+    starts from what this run already read (the ``memory_turn`` channel) and reads the
+    rest in batches (see :meth:`reads`): the processed ids unless handed on, the profile
+    when the memory model is called and no earlier node read it, and the waiting queue
+    item when rows are queued (deferred or background); at the end of a background turn,
+    also what earlier background extractions left to count (``UnclaimedUsage``). It
+    writes in one batch: the queue item, the processed ids and the deletes of the usage
+    it claimed.
     """
 
     def __init__(self, job: MemoryJob) -> None:

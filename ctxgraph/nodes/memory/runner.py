@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.memory.extract import MemoryExtractor
-from ctxgraph.nodes.memory.worker import aextract_thread, extract_thread
+from ctxgraph.nodes.memory.worker import Done, extract_thread
+from ctxgraph.state.sans_io import Flow, arun, run
 from ctxgraph.store.memory.repository import RepositoryFactory
 
 __all__ = [
@@ -62,9 +63,9 @@ class ThreadExtraction:
         """One extraction at a time per Store and thread."""
         return id(self.store), self.thread_id
 
-    def run(self) -> None:
+    def flow(self) -> Flow[Done]:
         """Extract the thread's item now (a failure is logged and the item stays queued)."""
-        extract_thread(
+        return extract_thread(
             self.store,
             self.extractor,
             self.thread_id,
@@ -72,15 +73,13 @@ class ThreadExtraction:
             repositories=self.repositories,
         )
 
+    def run(self) -> None:
+        """Run :meth:`flow` with the sync driver."""
+        run(self.flow())
+
     async def arun(self) -> None:
-        """Async :meth:`run`."""
-        await aextract_thread(
-            self.store,
-            self.extractor,
-            self.thread_id,
-            threshold=self.threshold,
-            repositories=self.repositories,
-        )
+        """Run :meth:`flow` with the async driver."""
+        await arun(self.flow())
 
 
 @dataclass

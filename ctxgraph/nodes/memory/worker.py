@@ -21,6 +21,7 @@ from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import ExtractionResult, MemoryExtractor
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
+from ctxgraph.state.sans_io import Flow, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import UsageTotals, add_usage, calls_event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
@@ -73,8 +74,10 @@ def extract_thread(
     *,
     threshold: float,
     repositories: RepositoryFactory | None = None,
-) -> Done:
+) -> Flow[Done]:
     """Extract the queued item of ``thread_id`` now, however recent (the background runner).
+
+    A flow (``ctxgraph.state.sans_io``): ``run`` or ``arun`` it.
 
     Args:
         store: The Store holding the queue and the memory.
@@ -88,36 +91,21 @@ def extract_thread(
         thread or the extraction failed (logged; the item stays queued).
 
     """
-    item = MemoryQueue.read(store.get(memory_queue(), thread_id))
+    waiting = yield from io(store.get, store.aget, memory_queue(), thread_id)
+    item = MemoryQueue.read(waiting)
     if item is None:
         return None
     repository = (repositories or RepositoryFactory())(store)
-    return _ItemRun(store, item, "background").run(extractor, repository, threshold)
-
-
-async def aextract_thread(
-    store: BaseStore,
-    extractor: MemoryExtractor,
-    thread_id: str,
-    *,
-    threshold: float,
-    repositories: RepositoryFactory | None = None,
-) -> Done:
-    """Async :func:`extract_thread`."""
-    item = MemoryQueue.read(await store.aget(memory_queue(), thread_id))
-    if item is None:
-        return None
-    repository = (repositories or RepositoryFactory())(store)
-    return await _ItemRun(store, item, "background").arun(extractor, repository, threshold)
+    return (yield from _ItemRun(store, item, "background").flow(extractor, repository, threshold))
 
 
 class _ItemRun:
     """One queue item's extraction: the model call, then one Store read and one write.
 
-    The sync and async paths share it and differ only in how they call the model and the
-    Store. After the call it reads the thread's item and processed ids again, then writes
-    both in one batch: the ids marked, the item deleted (or only its rows taken out when
-    newer ones arrived meanwhile).
+    Its :meth:`flow` is the one path, sync and async: the model call and the Store
+    batches are its yielded I/O. After the call it reads the thread's item and processed
+    ids again, then writes both in one batch: the ids marked, the item deleted (or only
+    its rows taken out when newer ones arrived meanwhile).
     """
 
     def __init__(self, store: BaseStore, item: PendingExtraction, origin: Origin) -> None:
@@ -131,24 +119,21 @@ class _ItemRun:
         self, extractor: MemoryExtractor, repository: MemoryRepository, threshold: float
     ) -> Done:
         """Extract the item's rows and take them out of the queue; None when it failed."""
-        try:
-            result = extractor.extract(**self._arguments(repository, threshold))
-        except Exception as error:  # the item stays queued for a later run
-            self._failed(error, extractor)
-            return None
-        self._store.batch(self.writes(self._store.batch(self.reads()), result))
-        return self._done(result)
+        return run(self.flow(extractor, repository, threshold))
 
-    async def arun(
+    def flow(
         self, extractor: MemoryExtractor, repository: MemoryRepository, threshold: float
-    ) -> Done:
-        """Async :meth:`run`."""
+    ) -> Flow[Done]:
+        """:meth:`run` as a flow, for ``arun`` or ``yield from``."""
+        arguments = self._arguments(repository, threshold)
         try:
-            result = await extractor.aextract(**self._arguments(repository, threshold))
+            result = yield from extractor.extraction(**arguments)
         except Exception as error:  # the item stays queued for a later run
             self._failed(error, extractor)
             return None
-        await self._store.abatch(self.writes(await self._store.abatch(self.reads()), result))
+        store = self._store
+        found = yield from io(store.batch, store.abatch, self.reads())
+        yield from io(store.batch, store.abatch, self.writes(found, result))
         return self._done(result)
 
     def _arguments(self, repository: MemoryRepository, threshold: float) -> dict[str, Any]:
@@ -204,9 +189,14 @@ def _log_extraction(item: PendingExtraction, result: ExtractionResult, origin: O
     ``deferred`` or ``background``); a background extraction's is added to the thread's
     ``model_usage`` by its next run (``UnclaimedUsage``).
     """
-    fields: dict[str, object] = {
-        "at": origin,
-        "rows": len(item.rows),
+    emit_extracted(item.thread_id, origin, len(item.rows), result)
+
+
+def emit_extracted(thread_id: str, at: str, rows: int, result: ExtractionResult) -> dict[str, Any]:
+    """Emit ``memory.extracted`` (where it ran, the rows, what it cost and wrote); return it."""
+    fields: dict[str, Any] = {
+        "at": at,
+        "rows": rows,
         "facts": len(result.stored),
         "profile_sections": len(result.profile_sections),
         "rejected": len(result.rejected),
@@ -214,7 +204,7 @@ def _log_extraction(item: PendingExtraction, result: ExtractionResult, origin: O
     }
     if calls := result.model_calls():
         fields.update(calls_event_fields(calls))
-    events.emit("extracted", item.thread_id, **fields)
+    return events.emit("extracted", thread_id, **fields)
 
 
 def processed_usage(processed: Processed) -> UsageTotals:

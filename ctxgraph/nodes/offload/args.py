@@ -13,7 +13,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 
+from ctxgraph.nodes.offload.inputs import cheap_tokens
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
@@ -108,22 +110,27 @@ def long_arguments(
     long strings are counted.
     """
     least = settings.offload_args_min_tokens
-    custom = counter is not None and not counter.tiktoken
     found: list[LongArgument] = []
     for message in messages:
-        if not isinstance(message, AIMessage) or not message.tool_calls or not message.id:
-            continue
-        done = _offloaded(message)
-        for index, call in enumerate(message.tool_calls):
-            call_id = call_id_of(message, index, call)
-            for path, text in _strings(call["args"]):
-                if (call_id, arg_path(path)) in done or (not custom and 4 * len(text) <= least):
-                    continue
-                tokens = (
-                    counter.count_text(text) if counter is not None and custom else _tokens(text)
-                )
-                if tokens > least:
-                    found.append(LongArgument(message, call_id, call["name"], path, text, tokens))
+        if isinstance(message, AIMessage) and message.tool_calls and message.id:
+            found += _message_arguments(message, least, counter)
+    return found
+
+
+def _message_arguments(
+    message: AIMessage, least: int, counter: TokenCounter | None
+) -> list[LongArgument]:
+    """The string arguments over ``least`` tokens in ``message``'s tool calls, not offloaded."""
+    done = _offloaded(message)
+    found: list[LongArgument] = []
+    for index, call in enumerate(message.tool_calls):
+        call_id = call_id_of(message, index, call)
+        for path, text in _strings(call["args"]):
+            if (call_id, arg_path(path)) in done:
+                continue
+            tokens = cheap_tokens(text, least, counter, _tokens)
+            if tokens is not None and tokens > least:
+                found.append(LongArgument(message, call_id, call["name"], path, text, tokens))
     return found
 
 
@@ -232,41 +239,21 @@ def _failed(argument: LongArgument, error: ArtifactWriteError) -> None:
     )
 
 
-def offload_arguments(artifacts: ArtifactStore, arguments: Sequence[LongArgument]) -> ArgsOffloaded:
-    """Store each argument and replace it in its message; one that fails to store stays."""
-    done = ArgsOffloaded()
-    for group in _by_message(arguments):
-        stored: list[tuple[LongArgument, Artifact]] = []
-        for argument in group:
-            try:
-                artifact = artifacts.put(
-                    ARGS_KIND,
-                    argument.text,
-                    source_id=argument.call_id,
-                    tool_name=argument.tool,
-                    part=argument.part,
-                    tokens=argument.tokens,
-                )
-            except ArtifactWriteError as error:
-                _failed(argument, error)
-                continue
-            stored.append((argument, artifact))
-        if stored:
-            done.messages.append(with_placeholders(group[0].message, stored))
-            done.refs.extend(artifact.ref for _, artifact in stored)
-    return done
-
-
-async def aoffload_arguments(
+def offload_arguments(
     artifacts: ArtifactStore, arguments: Sequence[LongArgument]
-) -> ArgsOffloaded:
-    """Async :func:`offload_arguments`."""
+) -> Flow[ArgsOffloaded]:
+    """Store each argument and replace it in its message; one that fails to store stays.
+
+    A flow (``ctxgraph.state.sans_io``): ``run`` or ``arun`` it, or ``yield from`` it.
+    """
     done = ArgsOffloaded()
     for group in _by_message(arguments):
         stored: list[tuple[LongArgument, Artifact]] = []
         for argument in group:
             try:
-                artifact = await artifacts.aput(
+                artifact = yield from io(
+                    artifacts.put,
+                    artifacts.aput,
                     ARGS_KIND,
                     argument.text,
                     source_id=argument.call_id,

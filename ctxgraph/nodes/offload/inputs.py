@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -14,6 +14,7 @@ from langchain_core.messages import AnyMessage, BaseMessage
 
 from ctxgraph.nodes.offload.refs import OFFLOAD_FAILED_KEY, OFFLOAD_KEY
 from ctxgraph.state.messages import content_text, is_real_user_message
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text, encoding
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
@@ -156,7 +157,6 @@ def large_inputs(
     ``counter`` (the graph's), else with tiktoken; then it is cheap for short messages: a
     text of ``n`` characters has at most ``4 n`` tokens, so only long texts are counted.
     """
-    custom = counter is not None and not counter.tiktoken
     limit = input_threshold(settings, window)
     if limit <= 0:
         return []
@@ -170,15 +170,25 @@ def large_inputs(
         if OFFLOAD_KEY in extra or OFFLOAD_FAILED_KEY in extra:
             continue
         text = content_text(message)
-        if counter is not None and custom:
-            tokens = counter.count_text(text)
-        elif 4 * len(text) <= floor:
-            continue
-        else:
-            tokens = _tokens(text)
-        if tokens > floor:
+        tokens = cheap_tokens(text, floor, counter, _tokens)
+        if tokens is not None and tokens > floor:
             found.append(LargeInput(message, text, tokens, excerpt, limit, window is not None))
     return found
+
+
+def cheap_tokens(
+    text: str, floor: int, counter: TokenCounter | None, tokens: Callable[[str], int]
+) -> int | None:
+    """The tokens of ``text`` by ``counter`` (the graph's), else by ``tokens`` (tiktoken).
+
+    With tiktoken a text of ``n`` characters has at most ``4 n`` tokens, so one that cannot
+    be over ``floor`` is not counted (None).
+    """
+    if counter is not None and not counter.tiktoken:
+        return counter.count_text(text)
+    if 4 * len(text) <= floor:
+        return None
+    return tokens(text)
 
 
 def _edges(text: str, budget: int) -> tuple[str, str]:
@@ -335,8 +345,10 @@ def offload_inputs(
     items: Sequence[LargeInput],
     *,
     unavailable: str = "",
-) -> InputsOffloaded:
+) -> Flow[InputsOffloaded]:
     """Store each input and replace it; without ``artifacts``, say why (``unavailable``).
+
+    A flow (``ctxgraph.state.sans_io``): ``run`` or ``arun`` it, or ``yield from`` it.
 
     Raises:
         InputNotOffloadedError: without ``artifacts``, for an input whose threshold came
@@ -350,33 +362,13 @@ def offload_inputs(
             done.messages.append(unsaved_input(item, unavailable))
             continue
         try:
-            artifact = artifacts.put(
-                INPUT_KIND, item.text, source_id=str(item.message.id), tokens=item.tokens
-            )
-        except ArtifactWriteError as error:
-            done.messages.append(unsaved_input(item, str(error)))
-            continue
-        done.messages.append(stored_input(item, artifact))
-        done.refs.append(artifact.ref)
-    return done
-
-
-async def aoffload_inputs(
-    artifacts: ArtifactStore | None,
-    items: Sequence[LargeInput],
-    *,
-    unavailable: str = "",
-) -> InputsOffloaded:
-    """Async :func:`offload_inputs`."""
-    _check_storable(artifacts, items, unavailable)
-    done = InputsOffloaded([], [])
-    for item in items:
-        if artifacts is None:
-            done.messages.append(unsaved_input(item, unavailable))
-            continue
-        try:
-            artifact = await artifacts.aput(
-                INPUT_KIND, item.text, source_id=str(item.message.id), tokens=item.tokens
+            artifact = yield from io(
+                artifacts.put,
+                artifacts.aput,
+                INPUT_KIND,
+                item.text,
+                source_id=str(item.message.id),
+                tokens=item.tokens,
             )
         except ArtifactWriteError as error:
             done.messages.append(unsaved_input(item, str(error)))

@@ -21,6 +21,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from ctxgraph.nodes.offload.refs import live_refs
+from ctxgraph.state.sans_io import Flow, io, run
 from ctxgraph.store.artifacts import Artifact, ArtifactStore
 from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive
 
@@ -126,35 +127,23 @@ class OrphanSweep:
         force: bool = False,
     ) -> list[str]:
         """Remove the thread's orphans; returns their refs. ``force`` ignores the rate limit."""
-        cutoff = self._due(artifacts, force)
-        if cutoff is None:
-            return []
-        candidates = orphan_candidates(artifacts.list(), state, keep, cutoff)
-        if not candidates:
-            return []
-        records = ThreadArchive(artifacts.store, artifacts.thread_id).records()
-        removed = artifacts.remove(unarchived(candidates, records), created_before=cutoff)
-        _log_removed(artifacts.thread_id, removed)
-        return removed
+        return run(self.sweep_flow(artifacts, state, keep, force))
 
-    async def asweep(
-        self,
-        artifacts: ArtifactStore,
-        state: Mapping[str, Any],
-        keep: Collection[str] = (),
-        *,
-        force: bool = False,
-    ) -> list[str]:
-        """Async :meth:`sweep`."""
+    def sweep_flow(
+        self, artifacts: ArtifactStore, state: Mapping[str, Any], keep: Collection[str], force: bool
+    ) -> Flow[list[str]]:
+        """:meth:`sweep` as a flow (``ctxgraph.state.sans_io``), for ``arun`` or ``yield from``."""
         cutoff = self._due(artifacts, force)
         if cutoff is None:
             return []
-        candidates = orphan_candidates(await artifacts.alist(), state, keep, cutoff)
+        listed = yield from io(artifacts.list, artifacts.alist)
+        candidates = orphan_candidates(listed, state, keep, cutoff)
         if not candidates:
             return []
-        records = await ThreadArchive(artifacts.store, artifacts.thread_id).arecords()
+        archive = ThreadArchive(artifacts.store, artifacts.thread_id)
+        records = yield from io(archive.records, archive.arecords)
         victims = unarchived(candidates, records)
-        removed = await artifacts.aremove(victims, created_before=cutoff)
+        removed = yield from io(artifacts.remove, artifacts.aremove, victims, created_before=cutoff)
         _log_removed(artifacts.thread_id, removed)
         return removed
 

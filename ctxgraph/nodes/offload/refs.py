@@ -82,22 +82,20 @@ def message_artifacts(message: BaseMessage) -> list[ArtifactMention]:
     the call they belong to.
     """
     extra = message.additional_kwargs or {}
+    whole = _whole_mention(message, extra.get(OFFLOAD_KEY))
+    found: list[ArtifactMention] = [] if whole is None else [whole]
+    return found + _args_mentions(message, extra.get(OFFLOAD_ARGS_KEY) or ())
+
+
+def _args_mentions(message: BaseMessage, entries: Iterable[object]) -> list[ArtifactMention]:
+    """The mentions of a message's offloaded arguments (its ``OFFLOAD_ARGS_KEY`` entries)."""
     found: list[ArtifactMention] = []
-    whole = extra.get(OFFLOAD_KEY)
-    if isinstance(whole, Mapping) and isinstance(whole.get("ref"), str):
-        human = message.type == "human"
-        kind = whole.get("kind")
-        if not isinstance(kind, str):
-            kind = "user_input" if human else "tool_result"
-        tokens = _tokens(whole.get("tokens"))
-        tool = None if human else message.name
-        found.append({"ref": whole["ref"], "kind": kind, "tool": tool, "tokens": tokens})
     names = {
         call.get("id"): call.get("name")
         for call in getattr(message, "tool_calls", None) or ()
         if isinstance(call, Mapping)
     }
-    for entry in extra.get(OFFLOAD_ARGS_KEY) or ():
+    for entry in entries:
         if isinstance(entry, Mapping) and isinstance(entry.get("ref"), str):
             name = names.get(entry.get("call_id"))
             found.append(
@@ -109,6 +107,18 @@ def message_artifacts(message: BaseMessage) -> list[ArtifactMention]:
                 }
             )
     return found
+
+
+def _whole_mention(message: BaseMessage, whole: object) -> ArtifactMention | None:
+    """The mention of a whole offloaded message (its ``OFFLOAD_KEY`` entry), if any."""
+    if not isinstance(whole, Mapping) or not isinstance(whole.get("ref"), str):
+        return None
+    human = message.type == "human"
+    kind = whole.get("kind")
+    if not isinstance(kind, str):
+        kind = "user_input" if human else "tool_result"
+    tool = None if human else message.name
+    return {"ref": whole["ref"], "kind": kind, "tool": tool, "tokens": _tokens(whole.get("tokens"))}
 
 
 def messages_artifacts(messages: Iterable[BaseMessage]) -> list[ArtifactMention]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import threading
@@ -23,6 +22,7 @@ from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import require_context
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.models import input_window
+from ctxgraph.state.sans_io import Flow, arun, io, run, threaded
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.artifacts import Artifact, ArtifactKind, ArtifactStore, ArtifactWriteError
@@ -179,32 +179,15 @@ class ResultOffloader:
 
     def wrap(self, request: ToolCallRequest, execute: Execute) -> ToolResult:
         """Run the tool; store and replace its result when it is too large."""
-        result = execute(request)
-        item = self.oversized(request, result)
-        if item is None:
-            return result
-        artifacts = _artifacts(request, item)
-        if isinstance(artifacts, str):
-            return unsaved(item, artifacts)
-        self._remember(artifacts.thread_id, item.ref)
-        try:
-            artifact = artifacts.put(RESULT_KIND, item.text, **item.put_args)
-        except ArtifactWriteError as error:
-            return unsaved(item, failure_reason(error))
-        keep = self._kept(request, artifacts.thread_id)
-        quota = item.settings.artifact_quota_bytes
-        if keep is not None:
-            try:
-                if artifacts.usage_bytes() > quota:
-                    _log_evicted(artifacts.evict(quota, keep))
-            except Exception:  # the result is stored; only the quota is not enforced
-                logger.warning("artifact eviction failed; the quota may be exceeded", exc_info=True)
-        return stubbed(item, artifact)
+        return run(self._offload(request, execute(request)))
 
     async def awrap(self, request: ToolCallRequest, execute: AsyncExecute) -> ToolResult:
-        """Async :meth:`wrap`."""
-        result = await execute(request)
-        item = await asyncio.to_thread(self.oversized, request, result)
+        """Async :meth:`wrap` (counting and stubbing run in a thread, off the event loop)."""
+        return await arun(self._offload(request, await execute(request)))
+
+    def _offload(self, request: ToolCallRequest, result: ToolResult) -> Flow[ToolResult]:
+        """Store and replace ``result`` when it is too large; otherwise ``result``."""
+        item = yield from io(self.oversized, threaded(self.oversized), request, result)
         if item is None:
             return result
         artifacts = _artifacts(request, item)
@@ -212,18 +195,20 @@ class ResultOffloader:
             return unsaved(item, artifacts)
         self._remember(artifacts.thread_id, item.ref)
         try:
-            artifact = await artifacts.aput(RESULT_KIND, item.text, **item.put_args)
+            artifact = yield from io(
+                artifacts.put, artifacts.aput, RESULT_KIND, item.text, **item.put_args
+            )
         except ArtifactWriteError as error:
             return unsaved(item, failure_reason(error))
         keep = self._kept(request, artifacts.thread_id)
         quota = item.settings.artifact_quota_bytes
         if keep is not None:
             try:
-                if await artifacts.ausage_bytes() > quota:
-                    _log_evicted(await artifacts.aevict(quota, keep))
+                if (yield from io(artifacts.usage_bytes, artifacts.ausage_bytes)) > quota:
+                    _log_evicted((yield from io(artifacts.evict, artifacts.aevict, quota, keep)))
             except Exception:  # the result is stored; only the quota is not enforced
                 logger.warning("artifact eviction failed; the quota may be exceeded", exc_info=True)
-        return await asyncio.to_thread(stubbed, item, artifact)
+        return (yield from io(stubbed, threaded(stubbed), item, artifact))
 
     def oversized(self, request: ToolCallRequest, result: ToolResult) -> Oversized | None:
         """``result`` when it is a tool message over its tool's threshold, else None."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
+from typing import Required, TypedDict, Unpack
 
 from langgraph.store.base import BaseStore
 
@@ -42,6 +43,30 @@ Artifacts = list[Artifact]
 """A listing of artifacts, oldest first."""
 
 Refs = list[str]
+
+
+class ArtifactSource(TypedDict, total=False):
+    """Where an artifact comes from, as ``ArtifactStore.put`` and ``aput`` take it."""
+
+    source_id: Required[str]
+    """The id of the message or tool call it comes from (part of its ref)."""
+    tool_name: str | None
+    """The tool whose result or arguments it holds, if any."""
+    part: str
+    """Tells several artifacts of one source apart (part of its ref; default "")."""
+    tokens: int | None
+    """Its token count, when the caller already knows it (None: counted)."""
+
+
+class GrepLimits(TypedDict, total=False):
+    """How much ``ArtifactStore.grep`` and ``agrep`` return."""
+
+    max_matches: int
+    """Matching lines shown at most, 1..500 (default 50)."""
+    context: int
+    """Lines shown around each match (default 2)."""
+    max_tokens: int
+    """Tokens of the answer at most (default 4,000)."""
 
 
 def _checked_budget(max_tokens: int) -> int:
@@ -103,9 +128,20 @@ class ArtifactStore:
             tool_name=tool_name,
         )
 
-    def _put(self, draft: Draft, tokens: int | None) -> Flow[Artifact]:
+    def _put(
+        self,
+        kind: ArtifactKind,
+        content: str,
+        *,
+        source_id: str,
+        tool_name: str | None = None,
+        part: str = "",
+        tokens: int | None = None,
+    ) -> tuple[Draft, Flow[Artifact]]:
+        """The draft of ``content`` and the flow that writes it."""
+        draft = self._draft(kind, content, source_id, tool_name, part)
         created_at = self._clock().astimezone(UTC).isoformat(timespec="microseconds")
-        return put_flow(draft, self.namespace, created_at=created_at, tokens=tokens)
+        return draft, put_flow(draft, self.namespace, created_at=created_at, tokens=tokens)
 
     @staticmethod
     def _write_error(draft: Draft, error: Exception) -> ArtifactWriteError:
@@ -115,16 +151,7 @@ class ArtifactStore:
             f"could not store artifact {draft.ref}: {type(error).__name__}: {error}"
         )
 
-    def put(
-        self,
-        kind: ArtifactKind,
-        content: str,
-        *,
-        source_id: str,
-        tool_name: str | None = None,
-        part: str = "",
-        tokens: int | None = None,
-    ) -> Artifact:
+    def put(self, kind: ArtifactKind, content: str, **source: Unpack[ArtifactSource]) -> Artifact:
         """Store ``content`` under ``ref_for(kind, source_id, part)`` and return its record.
 
         Idempotent: if the ref already holds this content intact, nothing is written (a
@@ -132,26 +159,19 @@ class ArtifactStore:
         before it is returned; any failure raises ``ArtifactWriteError`` naming the ref.
         ``tokens`` skips counting when the caller already knows the count.
         """
-        draft = self._draft(kind, content, source_id, tool_name, part)
+        draft, flow = self._put(kind, content, **source)
         try:
-            return run(self.store, self._put(draft, tokens))
+            return run(self.store, flow)
         except Exception as error:
             raise self._write_error(draft, error) from error
 
     async def aput(
-        self,
-        kind: ArtifactKind,
-        content: str,
-        *,
-        source_id: str,
-        tool_name: str | None = None,
-        part: str = "",
-        tokens: int | None = None,
+        self, kind: ArtifactKind, content: str, **source: Unpack[ArtifactSource]
     ) -> Artifact:
         """Async :meth:`put`."""
-        draft = self._draft(kind, content, source_id, tool_name, part)
+        draft, flow = self._put(kind, content, **source)
         try:
-            return await arun(self.store, self._put(draft, tokens))
+            return await arun(self.store, flow)
         except Exception as error:
             raise self._write_error(draft, error) from error
 
@@ -216,7 +236,13 @@ class ArtifactStore:
         return await arun(self.store, self._page(ref, offset, limit, max_tokens))
 
     def _grep(
-        self, ref: str, pattern: str, max_matches: int, context: int, max_tokens: int
+        self,
+        ref: str,
+        pattern: str,
+        *,
+        max_matches: int = 50,
+        context: int = 2,
+        max_tokens: int = 4_000,
     ) -> Flow[str]:
         compiled = compile_pattern(pattern)
         max_tokens = _checked_budget(max_tokens)
@@ -236,15 +262,7 @@ class ArtifactStore:
 
         return flow()
 
-    def grep(
-        self,
-        ref: str,
-        pattern: str,
-        *,
-        max_matches: int = 50,
-        context: int = 2,
-        max_tokens: int = 4_000,
-    ) -> str:
+    def grep(self, ref: str, pattern: str, **limits: Unpack[GrepLimits]) -> str:
         r"""Lines of ``ref`` matching the Python regex ``pattern``, with ``context`` around.
 
         Matching lines read ``"<offset>:\t<text>"``, context lines ``"<offset>-\t<text>"``
@@ -252,20 +270,11 @@ class ArtifactStore:
         lines and ``max_tokens``; the footer says how many matches were not shown. An
         invalid pattern raises ``InvalidPatternError`` (a ``ValueError``) naming it.
         """
-        return run(self.store, self._grep(ref, pattern, max_matches, context, max_tokens))
+        return run(self.store, self._grep(ref, pattern, **limits))
 
-    async def agrep(
-        self,
-        ref: str,
-        pattern: str,
-        *,
-        max_matches: int = 50,
-        context: int = 2,
-        max_tokens: int = 4_000,
-    ) -> str:
+    async def agrep(self, ref: str, pattern: str, **limits: Unpack[GrepLimits]) -> str:
         """Async :meth:`grep`."""
-        flow = self._grep(ref, pattern, max_matches, context, max_tokens)
-        return await arun(self.store, flow)
+        return await arun(self.store, self._grep(ref, pattern, **limits))
 
     # --- listing and eviction -------------------------------------------------------
 

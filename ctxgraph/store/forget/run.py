@@ -18,12 +18,14 @@ from contextlib import (
     nullcontext,
 )
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, Item, SearchItem
 
 from ctxgraph.state.context import ContextError, validate_label, validate_thread_id
+from ctxgraph.state.sans_io import Flow, arun, held, io, run
 from ctxgraph.store.forget.memory_copies import (
     PROFILE_KEY,
     Removal,
@@ -38,9 +40,9 @@ from ctxgraph.store.forget.thread_copies import (
     AsyncSaverStates,
     AsyncThreadStates,
     SaverStates,
+    StatesIo,
     ThreadStates,
-    aforget_thread,
-    forget_thread,
+    thread_flow,
 )
 from ctxgraph.store.namespaces import user_facts, user_profile
 from ctxgraph.store.ownership import (
@@ -168,6 +170,55 @@ class _MemoryPlan:
         return not (fact is not None and skipped)
 
 
+def _forget(
+    store: BaseStore,
+    states: StatesIo,
+    user_id: str,
+    request: _Request,
+    locks: _Locks,
+) -> Flow[Receipt]:
+    """The forget, run by ``run`` (:func:`forget`) or ``arun`` (:func:`aforget`)."""
+    fact, text, thread_id, dry_run = request.fact, request.text, request.thread_id, request.dry_run
+    _checked(user_id, fact, text, thread_id)
+    if thread_id is not None:
+        owner = yield from io(thread_owner, athread_owner, store, thread_id)
+        check_thread_owner(owner, thread_id, user_id)
+        threads = [thread_id]
+    else:
+        threads = yield from io(threads_owned_by, athreads_owned_by, store, user_id)
+    namespaces = yield from io(fact_namespaces, afact_namespaces, store, user_id)
+    items = yield from io(list_facts, alist_facts, store, namespaces)
+    redactor = _redactor(items, user_id, fact, text, request.agent_name)
+    rid, at = new_receipt_id(), receipt_time()
+    places: list[Place] = []
+    skipped: list[str] = []
+    for thread in threads:
+        flow = thread_flow(store, states, thread, redactor, receipt_id=rid, at=at, dry_run=dry_run)
+        try:
+            places += yield from locks.held(thread, flow)
+        except ThreadBusyError as error:
+            skipped.append(_skip_line(thread, error))
+    profile = yield from io(store.get, store.aget, user_profile(user_id), PROFILE_KEY)
+    memory = _MemoryPlan.of(items, redactor, user_id, threads, profile)
+    if memory.due(fact, skipped):
+        if not dry_run:
+            for namespace, key in memory.removals:
+                yield from io(store.delete, store.adelete, namespace, key)
+            if memory.profile is not None:
+                yield from io(
+                    store.put,
+                    store.aput,
+                    user_profile(user_id),
+                    PROFILE_KEY,
+                    memory.profile,
+                    index=False,
+                )
+        places = memory.places + places
+    receipt = _receipt(user_id, redactor, places, skipped, dry_run, rid, at)
+    yield from io(store_receipt, astore_receipt, store, receipt)
+    return receipt
+
+
 def forget(
     store: BaseStore,
     checkpointer: BaseCheckpointSaver[Any] | ThreadStates,
@@ -191,8 +242,8 @@ def forget(
         text: A text to forget (at least three characters).
         thread_id: Search only this thread (it must be the user's) and the memory.
         dry_run: List the places, change nothing, store no receipt.
-        lock: Holds a thread's lock while that thread is redacted.
         agent_name: Look the fact up only among this agent's facts (default: any).
+        lock: Holds a thread's lock while that thread is redacted.
 
     Returns:
         The receipt (stored unless ``dry_run``).
@@ -204,38 +255,12 @@ def forget(
         RedactionError: A text too short to forget.
 
     """
-    _checked(user_id, fact, text, thread_id)
     states = (
         SaverStates(checkpointer) if isinstance(checkpointer, BaseCheckpointSaver) else checkpointer
     )
-    if thread_id is not None:
-        check_thread_owner(thread_owner(store, thread_id), thread_id, user_id)
-    threads = [thread_id] if thread_id is not None else threads_owned_by(store, user_id)
-    items = list_facts(store, fact_namespaces(store, user_id))
-    redactor = _redactor(items, user_id, fact, text, agent_name)
-    rid, at = new_receipt_id(), receipt_time()
-    places: list[Place] = []
-    skipped: list[str] = []
-    for thread in threads:
-        try:
-            with (lock or _no_lock)(thread):
-                places += forget_thread(
-                    store, states, thread, redactor, receipt_id=rid, at=at, dry_run=dry_run
-                )
-        except ThreadBusyError as error:
-            skipped.append(_skip_line(thread, error))
-    profile = store.get(user_profile(user_id), PROFILE_KEY)
-    memory = _MemoryPlan.of(items, redactor, user_id, threads, profile)
-    if memory.due(fact, skipped):
-        if not dry_run:
-            for namespace, key in memory.removals:
-                store.delete(namespace, key)
-            if memory.profile is not None:
-                store.put(user_profile(user_id), PROFILE_KEY, memory.profile, index=False)
-        places = memory.places + places
-    receipt = _receipt(user_id, redactor, places, skipped, dry_run, rid, at)
-    store_receipt(store, receipt)
-    return receipt
+    request = _Request(fact, text, thread_id, dry_run, agent_name)
+    locks = _Locks(lock=lock)
+    return run(_forget(store, StatesIo(sync=states), user_id, request, locks))
 
 
 async def aforget(
@@ -255,40 +280,38 @@ async def aforget(
     ``checkpointer`` may also be an ``AsyncThreadStates``: a LangGraph server's threads
     reached through its SDK, where no checkpointer is at hand.
     """
-    _checked(user_id, fact, text, thread_id)
     states: AsyncThreadStates = (
         AsyncSaverStates(checkpointer)
         if isinstance(checkpointer, BaseCheckpointSaver)
         else checkpointer
     )
-    if thread_id is not None:
-        check_thread_owner(await athread_owner(store, thread_id), thread_id, user_id)
-    threads = [thread_id] if thread_id is not None else await athreads_owned_by(store, user_id)
-    items = await alist_facts(store, await afact_namespaces(store, user_id))
-    redactor = _redactor(items, user_id, fact, text, agent_name)
-    rid, at = new_receipt_id(), receipt_time()
-    places: list[Place] = []
-    skipped: list[str] = []
-    for thread in threads:
-        try:
-            async with (lock or _no_alock)(thread):
-                places += await aforget_thread(
-                    store, states, thread, redactor, receipt_id=rid, at=at, dry_run=dry_run
-                )
-        except ThreadBusyError as error:
-            skipped.append(_skip_line(thread, error))
-    profile = await store.aget(user_profile(user_id), PROFILE_KEY)
-    memory = _MemoryPlan.of(items, redactor, user_id, threads, profile)
-    if memory.due(fact, skipped):
-        if not dry_run:
-            for namespace, key in memory.removals:
-                await store.adelete(namespace, key)
-            if memory.profile is not None:
-                await store.aput(user_profile(user_id), PROFILE_KEY, memory.profile, index=False)
-        places = memory.places + places
-    receipt = _receipt(user_id, redactor, places, skipped, dry_run, rid, at)
-    await astore_receipt(store, receipt)
-    return receipt
+    request = _Request(fact, text, thread_id, dry_run, agent_name)
+    locks = _Locks(alock=lock)
+    return await arun(_forget(store, StatesIo(asynchronous=states), user_id, request, locks))
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What to forget, where, and whether only to look."""
+
+    fact: str | None
+    text: str | None
+    thread_id: str | None
+    dry_run: bool
+    agent_name: str | None
+
+
+@dataclass(frozen=True)
+class _Locks:
+    """The thread lock of the driver that runs the forget (none: no lock)."""
+
+    lock: Lock | None = None
+    alock: ALock | None = None
+
+    def held(self, thread_id: str, flow: Flow[list[Place]]) -> Flow[list[Place]]:
+        """Run ``flow`` holding ``thread_id``'s lock."""
+        lock, alock = self.lock or _no_lock, self.alock or _no_alock
+        return held(partial(lock, thread_id), partial(alock, thread_id), flow)
 
 
 def _no_lock(thread_id: str) -> AbstractContextManager[None]:

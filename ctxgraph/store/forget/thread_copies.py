@@ -9,12 +9,14 @@ mark; the next forget finds the mark among the redaction's "before" hashes and m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeGuard, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.store.base import BaseStore
 
+from ctxgraph.state.sans_io import Flow, Io, io
 from ctxgraph.store.artifacts.redaction import aredact_artifacts, redact_artifacts
 from ctxgraph.store.forget.store_items import aapply, aitem_rewrites, apply, item_rewrites
 from ctxgraph.store.persistence.archive import ThreadArchive
@@ -39,9 +41,9 @@ __all__ = [
     "AsyncSaverStates",
     "AsyncThreadStates",
     "SaverStates",
+    "StatesIo",
     "ThreadStates",
-    "aforget_thread",
-    "forget_thread",
+    "thread_flow",
 ]
 
 MARK_CHANNEL = "compaction"
@@ -185,76 +187,87 @@ def _places(
     return places
 
 
-def forget_thread(
+@dataclass(frozen=True)
+class StatesIo:
+    """A flow's thread states: the sync ones (for ``run``) or the async ones (``arun``)."""
+
+    sync: ThreadStates | None = None
+    asynchronous: AsyncThreadStates | None = None
+
+    def _sync(self) -> ThreadStates:
+        assert self.sync is not None, "the sync driver runs a flow given sync thread states"
+        return self.sync
+
+    def _async(self) -> AsyncThreadStates:
+        assert self.asynchronous is not None, "the async driver runs a flow given async states"
+        return self.asynchronous
+
+    def mark(self, thread_id: str) -> Flow[dict[str, Any] | None]:
+        """The thread's archive mark (see ``ThreadStates.mark``)."""
+        found = yield Io(
+            lambda: self._sync().mark(thread_id), lambda: self._async().mark(thread_id)
+        )
+        return cast("dict[str, Any] | None", found)
+
+    def rewrite(
+        self, thread_id: str, transform: Transform, *, dry_run: bool
+    ) -> Flow[CheckpointRewrite]:
+        """Rewrite the thread's checkpoints (see ``ThreadStates.rewrite``)."""
+        done = yield Io(
+            lambda: self._sync().rewrite(thread_id, transform, dry_run=dry_run),
+            lambda: self._async().rewrite(thread_id, transform, dry_run=dry_run),
+        )
+        return cast(CheckpointRewrite, done)
+
+
+def thread_flow(
     store: BaseStore,
-    states: ThreadStates,
+    states: StatesIo,
     thread_id: str,
     redactor: Redactor,
     *,
     receipt_id: str,
     at: str,
     dry_run: bool,
-) -> list[Place]:
+) -> Flow[list[Place]]:
     """Redact every copy of the text in one thread; returns the places it held them.
 
     A thread with pending writes at its head (a run in progress, interrupted or failed)
     raises ``PendingWritesError`` from ``states.mark``, the first read, so such a thread is
     left exactly as it was.
     """
-    mark = states.mark(thread_id)
-    archive = redact_archive(
-        store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
-    )
-    new_mark = archive.mark
-    if new_mark is None and mark is not None and not dry_run:
-        new_mark = _healed(mark, _record(ThreadArchive(store, thread_id).get, mark))
-    artifacts = redact_artifacts(store, thread_id, redactor.text, dry_run=dry_run)
-    rewrites = item_rewrites(store, thread_id, redactor)
-    if not dry_run:
-        apply(store, rewrites)
-    checkpoints = states.rewrite(thread_id, _transform(redactor, new_mark), dry_run=dry_run)
-    return _places(
-        thread_id, archive, artifacts, [rewrite.place for rewrite in rewrites], checkpoints
-    )
-
-
-async def aforget_thread(
-    store: BaseStore,
-    states: AsyncThreadStates,
-    thread_id: str,
-    redactor: Redactor,
-    *,
-    receipt_id: str,
-    at: str,
-    dry_run: bool,
-) -> list[Place]:
-    """Async :func:`forget_thread`."""
-    mark = await states.mark(thread_id)
-    archive = await aredact_archive(
-        store, thread_id, redactor, mark, receipt_id=receipt_id, at=at, dry_run=dry_run
+    mark = yield from states.mark(thread_id)
+    archive = yield from io(
+        redact_archive,
+        aredact_archive,
+        store,
+        thread_id,
+        redactor,
+        mark,
+        receipt_id=receipt_id,
+        at=at,
+        dry_run=dry_run,
     )
     new_mark = archive.mark
     if new_mark is None and mark is not None and not dry_run:
         version = mark.get("version")
-        archive_of = ThreadArchive(store, thread_id)
-        record = (
-            await archive_of.aget(version) if isinstance(version, int) and _valid(version) else None
-        )
+        record = None
+        if _valid(version):
+            archive_of = ThreadArchive(store, thread_id)
+            record = yield from io(archive_of.get, archive_of.aget, version)
         new_mark = _healed(mark, record)
-    artifacts = await aredact_artifacts(store, thread_id, redactor.text, dry_run=dry_run)
-    rewrites = await aitem_rewrites(store, thread_id, redactor)
+    artifacts = yield from io(
+        redact_artifacts, aredact_artifacts, store, thread_id, redactor.text, dry_run=dry_run
+    )
+    rewrites = yield from io(item_rewrites, aitem_rewrites, store, thread_id, redactor)
     if not dry_run:
-        await aapply(store, rewrites)
-    checkpoints = await states.rewrite(thread_id, _transform(redactor, new_mark), dry_run=dry_run)
+        yield from io(apply, aapply, store, rewrites)
+    transform = _transform(redactor, new_mark)
+    checkpoints = yield from states.rewrite(thread_id, transform, dry_run=dry_run)
     return _places(
         thread_id, archive, artifacts, [rewrite.place for rewrite in rewrites], checkpoints
     )
 
 
-def _valid(version: object) -> bool:
+def _valid(version: object) -> TypeGuard[int]:
     return isinstance(version, int) and not isinstance(version, bool) and version > 0
-
-
-def _record(get: Any, mark: Mapping[str, Any]) -> Any:
-    version = mark.get("version")
-    return get(version) if _valid(version) else None

@@ -34,12 +34,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypedDict, Unpack, get_args
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.state.context import Context
 from ctxgraph.state.messages import unstorable_position
+from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.store.memory.facts import (
     PROVENANCES,
     Fact,
@@ -59,6 +60,7 @@ __all__ = [
     "BUNDLE_FORMAT",
     "SCHEMA_VERSION",
     "BundleError",
+    "ImportOptions",
     "ImportResult",
     "aexport_bundle",
     "aimport_bundle",
@@ -254,6 +256,20 @@ def verify_bundle(bundle: object) -> None:
     """
     if not isinstance(bundle, Mapping):
         raise BundleError(f"a memory bundle is a JSON object, got a {type(bundle).__name__}")
+    _verify_header(bundle)
+    _label(bundle.get("user_id"), "user_id")
+    _label(bundle.get("agent_name"), "agent_name")
+    project_id = _label(bundle.get("project_id"), "project_id", optional=True)
+    _verify_facts(bundle.get("facts"), project_id)
+    _verify_profile(bundle.get("profile"))
+    claimed = bundle.get("bundle_sha256")
+    rest = {name: part for name, part in bundle.items() if name != "bundle_sha256"}
+    if claimed != canonical_digest(rest):
+        raise BundleError("bundle_sha256 does not match the bundle's content")
+
+
+def _verify_header(bundle: Mapping[str, Any]) -> None:
+    """Check the format, the schema version and the export time."""
     if bundle.get("format") != BUNDLE_FORMAT:
         raise BundleError(
             f"not a ctxgraph memory bundle: 'format' is {bundle.get('format')!r:.80}, "
@@ -269,10 +285,10 @@ def verify_bundle(bundle: object) -> None:
         datetime.fromisoformat(str(_label(exported_at, "exported_at")))
     except ValueError:
         raise BundleError(f"'exported_at' is not an ISO 8601 time: {exported_at!r:.80}") from None
-    _label(bundle.get("user_id"), "user_id")
-    _label(bundle.get("agent_name"), "agent_name")
-    project_id = _label(bundle.get("project_id"), "project_id", optional=True)
-    facts = bundle.get("facts")
+
+
+def _verify_facts(facts: object, project_id: str | None) -> None:
+    """Check every fact entry, and that none appears twice."""
     if not isinstance(facts, list):
         raise BundleError(f"the bundle's 'facts' must be a list, got {facts!r:.80}")
     seen: set[tuple[str, str]] = set()
@@ -281,11 +297,6 @@ def verify_bundle(bundle: object) -> None:
         if marker in seen:
             raise BundleError(f"fact {marker[0]}:{marker[1]} appears twice")
         seen.add(marker)
-    _verify_profile(bundle.get("profile"))
-    claimed = bundle.get("bundle_sha256")
-    rest = {name: part for name, part in bundle.items() if name != "bundle_sha256"}
-    if claimed != canonical_digest(rest):
-        raise BundleError("bundle_sha256 does not match the bundle's content")
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -334,6 +345,11 @@ def _refusal(entry: Mapping[str, Any], fact: Fact, threshold: float) -> str | No
         return f"low confidence: {fact.confidence:.2f} is below {threshold:.2f}"
     if entry["value"].get("provenance") == "extraction" and fact.provenance != "extraction":
         return "it claims extraction without the evidence and source thread extraction records"
+    return _text_refusal(fact)
+
+
+def _text_refusal(fact: Fact) -> str | None:
+    """Why the fact's texts cannot be stored (empty content, a character the Store refuses)."""
     texts = [fact.content, fact.evidence or "", *(e.get("content", "") for e in fact.history)]
     if not normalize_text(fact.content):
         return "its content is empty"
@@ -407,23 +423,27 @@ def _plan(
         project_id=project_id or bundle["project_id"],
     )
     at = utc(now).isoformat()
-    entries: list[_Entry] = []
-    for raw in bundle["facts"]:
-        scope: FactScope = "project" if raw["scope"] == "project" else "user"
-        if scope == "project":
-            assert context.project_id is not None  # verified
-            namespace = project_facts(context.project_id)
-        else:
-            namespace = user_facts(context.user_id, context.agent_name)
-        fact = parse_fact((), raw["key"], raw["value"], scope)
-        assert isinstance(fact, Fact)  # verified
-        refusal = _refusal(raw, fact, threshold)
-        value = None if refusal else _imported_value(raw, fact, str(bundle["bundle_sha256"]), at)
-        entries.append(
-            _Entry(f"{scope}:{raw['key']}", namespace, raw["key"], scope, value, refusal)
-        )
+    digest = str(bundle["bundle_sha256"])
+    entries = [_fact_entry(raw, context, threshold, digest, at) for raw in bundle["facts"]]
     profile = _profile_plan(bundle, context.user_id, at)
     return entries if profile is None else [*entries, profile]
+
+
+def _fact_entry(
+    raw: Mapping[str, Any], context: Context, threshold: float, digest: str, at: str
+) -> _Entry:
+    """The entry of one verified fact of the bundle, in the receiving context."""
+    scope: FactScope = "project" if raw["scope"] == "project" else "user"
+    if scope == "project":
+        assert context.project_id is not None  # verified
+        namespace = project_facts(context.project_id)
+    else:
+        namespace = user_facts(context.user_id, context.agent_name)
+    fact = parse_fact((), raw["key"], raw["value"], scope)
+    assert isinstance(fact, Fact)  # verified
+    refusal = _refusal(raw, fact, threshold)
+    value = None if refusal else _imported_value(raw, fact, digest, at)
+    return _Entry(f"{scope}:{raw['key']}", namespace, raw["key"], scope, value, refusal)
 
 
 def _same(a: str, b: str) -> bool:
@@ -485,7 +505,22 @@ def _items(results: Sequence[object]) -> list[Item | None]:
     return [found if isinstance(found, Item) else None for found in results]
 
 
-def import_bundle(
+class ImportOptions(TypedDict, total=False):
+    """What :func:`import_bundle` and :func:`aimport_bundle` take by keyword, each optional."""
+
+    agent_name: str | None
+    """The agent whose user facts they become; None (the default) is the bundle's."""
+    project_id: str | None
+    """The project that receives the project facts; None (the default) is the bundle's."""
+    dry_run: bool
+    """Decide everything, write nothing (default False)."""
+    threshold: float
+    """The lowest confidence the acceptance rules keep (``Settings.confidence_threshold``)."""
+    now: datetime | None
+    """The import time recorded on each fact; None (the default) is now."""
+
+
+def _import(
     store: BaseStore,
     bundle: object,
     user_id: str,
@@ -495,6 +530,18 @@ def import_bundle(
     dry_run: bool = False,
     threshold: float = DEFAULT_THRESHOLD,
     now: datetime | None = None,
+) -> Flow[ImportResult]:
+    """The import, run by ``run`` (:func:`import_bundle`) or ``arun``."""
+    entries = _plan(bundle, user_id, agent_name, project_id, threshold, now)
+    found = (yield from io(store.batch, store.abatch, _reads(entries))) if entries else []
+    result, writes = _decide(entries, _items(found), dry_run)
+    for start in range(0, len(writes), BATCH):
+        yield from io(put_facts, aput_facts, store, writes[start : start + BATCH])
+    return result
+
+
+def import_bundle(
+    store: BaseStore, bundle: object, user_id: str, **options: Unpack[ImportOptions]
 ) -> ImportResult:
     """Import a verified bundle into the memory of ``user_id`` (see the module docstring).
 
@@ -502,12 +549,8 @@ def import_bundle(
         store: The Store to write.
         bundle: The bundle, as read from JSON.
         user_id: Whose memory receives the facts and the profile.
-        agent_name: The agent whose user facts they become; None is the bundle's.
-        project_id: The project that receives the project facts; None is the bundle's.
-        dry_run: Decide everything, write nothing.
-        threshold: The lowest confidence the acceptance rules keep
-            (``Settings.confidence_threshold``).
-        now: The import time recorded on each fact; None is now.
+        **options: ``agent_name``, ``project_id``, ``dry_run``, ``threshold`` and ``now``,
+            each described at :class:`ImportOptions`.
 
     Returns:
         What was imported, unchanged, refused and in conflict.
@@ -517,29 +560,11 @@ def import_bundle(
         ContextError: ``user_id``, the agent or the project is not a valid label.
 
     """
-    entries = _plan(bundle, user_id, agent_name, project_id, threshold, now)
-    stored = _items(store.batch(_reads(entries))) if entries else []
-    result, writes = _decide(entries, stored, dry_run)
-    for start in range(0, len(writes), BATCH):
-        put_facts(store, writes[start : start + BATCH])
-    return result
+    return run(_import(store, bundle, user_id, **options))
 
 
 async def aimport_bundle(
-    store: BaseStore,
-    bundle: object,
-    user_id: str,
-    *,
-    agent_name: str | None = None,
-    project_id: str | None = None,
-    dry_run: bool = False,
-    threshold: float = DEFAULT_THRESHOLD,
-    now: datetime | None = None,
+    store: BaseStore, bundle: object, user_id: str, **options: Unpack[ImportOptions]
 ) -> ImportResult:
     """Async :func:`import_bundle`."""
-    entries = _plan(bundle, user_id, agent_name, project_id, threshold, now)
-    stored = _items(await store.abatch(_reads(entries))) if entries else []
-    result, writes = _decide(entries, stored, dry_run)
-    for start in range(0, len(writes), BATCH):
-        await aput_facts(store, writes[start : start + BATCH])
-    return result
+    return await arun(_import(store, bundle, user_id, **options))

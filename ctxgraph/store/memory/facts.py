@@ -2,6 +2,7 @@
 
 They live in ``ctxgraph.store.facts``, below both ``store.memory`` and ``store.search`` (whose
 fact index checks every value it takes in), so neither package imports the other for them.
+Each name is re-exported as itself (``X as X``).
 """
 
 from __future__ import annotations
@@ -33,15 +34,3 @@ from ctxgraph.store.facts import (
 from ctxgraph.store.facts import (
     report_problem as report_problem,
 )
-
-__all__ = [
-    "PROVENANCES",
-    "Fact",
-    "FactScope",
-    "Problem",
-    "Provenance",
-    "fact_from_value",
-    "parse_fact",
-    "parse_profile",
-    "report_problem",
-]

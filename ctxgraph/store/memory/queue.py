@@ -128,24 +128,13 @@ class MemoryQueue:
         *,
         now: datetime | None = None,
     ) -> PendingExtraction:
-        """Add rows for a thread, merging with what is already waiting (debounce)."""
+        """Add rows for a thread, merging with what is already waiting (debounce).
+
+        Async code batches the same steps: ``get_op``, ``pending``, ``put_op``.
+        """
         waiting = self._store.get(memory_queue(), thread_id)
         pending = self.pending(thread_id, context, rows, waiting, now=now)
         self._store.put(memory_queue(), thread_id, pending.to_value(), index=False)
-        return pending
-
-    async def aenqueue(
-        self,
-        thread_id: str,
-        context: Context,
-        rows: Sequence[dict[str, str]],
-        *,
-        now: datetime | None = None,
-    ) -> PendingExtraction:
-        """Async :meth:`enqueue`."""
-        waiting = await self._store.aget(memory_queue(), thread_id)
-        pending = self.pending(thread_id, context, rows, waiting, now=now)
-        await self._store.aput(memory_queue(), thread_id, pending.to_value(), index=False)
         return pending
 
     def due(self, *, quiet_seconds: float, now: datetime | None = None) -> list[PendingExtraction]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -44,6 +44,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.base.id import uuid6
 
+from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.store.persistence.thread_lock import ThreadBusyError
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "CheckpointRewrite",
     "CheckpointRewriteError",
     "PendingWritesError",
+    "RewriteOptions",
     "ThreadBusyError",
     "Transform",
     "arewrite_thread",
@@ -124,6 +126,15 @@ class PendingWritesError(ThreadBusyError):
         )
 
 
+class RewriteOptions(TypedDict, total=False):
+    """What :func:`rewrite_thread` and :func:`arewrite_thread` take by keyword."""
+
+    dry_run: bool
+    """Only count; change nothing (default False)."""
+    prune_always: bool
+    """Prune the older checkpoints even when nothing was found (default False)."""
+
+
 class CheckpointRewriteError(RuntimeError):
     """Text was still found in the thread's checkpoints after the rewrite."""
 
@@ -189,6 +200,23 @@ def _plan(thread_id: str, saved: Sequence[CheckpointTuple], transform: Transform
         if item.pending_writes:
             raise PendingWritesError(thread_id, namespace, len(item.pending_writes))
     counted: set[tuple[str, str, object]] = set()
+    head_counts, older, dirty = _head_counts(heads, transform, counted)
+    older += _older_counts(saved, heads, transform, counted)
+    result = CheckpointRewrite(
+        head=head_counts,
+        older=older,
+        older_checkpoints=len(saved) - (1 if "" in heads else 0),
+        rewritten=False,
+    )
+    return _Plan(result, heads, dirty)
+
+
+def _head_counts(
+    heads: dict[str, CheckpointTuple],
+    transform: Transform,
+    counted: set[tuple[str, str, object]],
+) -> tuple[dict[str, int], int, list[str]]:
+    """The root head's counts by channel, the other heads' total, and the dirty heads."""
     head_counts: dict[str, int] = {}
     older = 0
     dirty: list[str] = []
@@ -202,7 +230,18 @@ def _plan(thread_id: str, saved: Sequence[CheckpointTuple], transform: Transform
             head_counts = found
         else:
             older += sum(found.values())
+    return head_counts, older, dirty
+
+
+def _older_counts(
+    saved: Sequence[CheckpointTuple],
+    heads: dict[str, CheckpointTuple],
+    transform: Transform,
+    counted: set[tuple[str, str, object]],
+) -> int:
+    """Occurrences in every pending write and in every checkpoint but the heads."""
     head_ids = {(ns, _checkpoint_id(item)) for ns, item in heads.items()}
+    older = 0
     for item in saved:
         namespace = _namespace(item)
         for _task, channel, value in item.pending_writes or ():
@@ -211,13 +250,7 @@ def _plan(thread_id: str, saved: Sequence[CheckpointTuple], transform: Transform
             continue
         older += sum(_count_values(namespace, item, transform, counted).values())
         older += _count(transform, METADATA_CHANNEL, item.metadata)
-    result = CheckpointRewrite(
-        head=head_counts,
-        older=older,
-        older_checkpoints=len(saved) - (1 if "" in heads else 0),
-        rewritten=False,
-    )
-    return _Plan(result, heads, dirty)
+    return older
 
 
 def _count(transform: Transform, channel: str, value: Any) -> int:
@@ -256,34 +289,14 @@ def _new_head(
     them; the versions each node has seen move along, so nothing looks unseen.
     """
     checkpoint = copy_checkpoint(saved.checkpoint)
-    versions = checkpoint["channel_versions"]
     changed: list[str] = []
     for channel, value in saved.checkpoint["channel_values"].items():
         redacted, found = transform(channel, value)
         if found:
             checkpoint["channel_values"][channel] = redacted
             changed.append(channel)
-    new_versions: dict[str, str | int | float] = {}
-    if changed:
-        current = max(versions.values()) if versions else None
-        version = next_version(current)
-        for channel in changed:
-            old = versions.get(channel)
-            versions[channel] = version
-            new_versions[channel] = version
-            for seen in checkpoint["versions_seen"].values():
-                if old is not None and seen.get(channel) == old:
-                    seen[channel] = version
-    old_metadata: dict[str, Any] = dict(saved.metadata or {})
-    metadata, _ = transform(METADATA_CHANNEL, old_metadata)
-    step = old_metadata.get("step")
-    metadata = {
-        **metadata,
-        "source": "update",
-        "step": (step if isinstance(step, int) else -1) + 1,
-        "parents": {},
-        REDACTION_KEY: True,
-    }
+    new_versions = _bumped(checkpoint, changed, next_version) if changed else {}
+    metadata = _head_metadata(saved, transform)
     checkpoint["id"] = str(uuid6(clock_seq=metadata["step"]))
     checkpoint["ts"] = datetime.datetime.now(datetime.UTC).isoformat()
     return _NewHead(
@@ -293,6 +306,40 @@ def _new_head(
         metadata=cast("CheckpointMetadata", metadata),
         changed=new_versions,
     )
+
+
+def _bumped(
+    checkpoint: Checkpoint,
+    changed: list[str],
+    next_version: Callable[[Any], str | int | float],
+) -> dict[str, str | int | float]:
+    """Give the ``changed`` channels one new version, in ``checkpoint``; returns them."""
+    versions = checkpoint["channel_versions"]
+    current = max(versions.values()) if versions else None
+    version = next_version(current)
+    new_versions: dict[str, str | int | float] = {}
+    for channel in changed:
+        old = versions.get(channel)
+        versions[channel] = version
+        new_versions[channel] = version
+        for seen in checkpoint["versions_seen"].values():
+            if old is not None and seen.get(channel) == old:
+                seen[channel] = version
+    return new_versions
+
+
+def _head_metadata(saved: CheckpointTuple, transform: Transform) -> dict[str, Any]:
+    """The new head's metadata: transformed, one step on, marked as a redaction."""
+    old_metadata: dict[str, Any] = dict(saved.metadata or {})
+    metadata, _ = transform(METADATA_CHANNEL, old_metadata)
+    step = old_metadata.get("step")
+    return {
+        **metadata,
+        "source": "update",
+        "step": (step if isinstance(step, int) else -1) + 1,
+        "parents": {},
+        REDACTION_KEY: True,
+    }
 
 
 def _new_heads(
@@ -316,9 +363,20 @@ def _all_versions(head: _NewHead) -> dict[str, str | int | float]:
     return dict(head.checkpoint["channel_versions"])
 
 
-def _can_prune(saver: BaseCheckpointSaver[Any], *, is_async: bool) -> bool:
-    name = "aprune" if is_async else "prune"
+def _can_prune(saver: BaseCheckpointSaver[Any], name: str = "prune") -> bool:
     return getattr(type(saver), name) is not getattr(BaseCheckpointSaver, name)
+
+
+async def _acan_prune(saver: BaseCheckpointSaver[Any]) -> bool:
+    return _can_prune(saver, "aprune")
+
+
+def _listed(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[CheckpointTuple]:
+    return list(saver.list(_thread_config(thread_id)))
+
+
+async def _alisted(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[CheckpointTuple]:
+    return [item async for item in saver.alist(_thread_config(thread_id))]
 
 
 def _done(plan: _Plan, *, rewritten: bool) -> CheckpointRewrite:
@@ -335,13 +393,51 @@ def _check_clean(thread_id: str, after: _Plan) -> None:
         )
 
 
-def rewrite_thread(
+def _write_heads(
+    checkpointer: BaseCheckpointSaver[Any], thread_id: str, plan: _Plan, heads: list[_NewHead]
+) -> Flow[None]:
+    """Write the new heads, then prune the rest (or, with no prune, delete and rewrite)."""
+    prunes = yield from io(_can_prune, _acan_prune, checkpointer)
+    if not prunes:
+        yield from io(checkpointer.delete_thread, checkpointer.adelete_thread, thread_id)
+    for head in heads if prunes else _kept_heads(plan, heads):
+        yield from io(
+            checkpointer.put,
+            checkpointer.aput,
+            _put_config(head, thread_id, alone=not prunes),
+            head.checkpoint,
+            head.metadata,
+            head.changed if prunes else _all_versions(head),
+        )
+    if prunes:
+        yield from io(checkpointer.prune, checkpointer.aprune, [thread_id], strategy="keep_latest")
+
+
+def _rewrite(
     checkpointer: BaseCheckpointSaver[Any],
     thread_id: str,
     transform: Transform,
     *,
     dry_run: bool = False,
     prune_always: bool = False,
+) -> Flow[CheckpointRewrite]:
+    """The rewrite, run by ``run`` (:func:`rewrite_thread`) or ``arun``."""
+    saved = yield from io(_listed, _alisted, checkpointer, thread_id)
+    plan = _plan(thread_id, saved, transform)
+    if dry_run or not (plan.found or prune_always) or not saved:
+        return _done(plan, rewritten=False)
+    heads = _new_heads(plan, transform, checkpointer)
+    yield from _write_heads(checkpointer, thread_id, plan, heads)
+    after = yield from io(_listed, _alisted, checkpointer, thread_id)
+    _check_clean(thread_id, _plan(thread_id, after, transform))
+    return _done(plan, rewritten=bool(heads) or plan.result.older_checkpoints > 0)
+
+
+def rewrite_thread(
+    checkpointer: BaseCheckpointSaver[Any],
+    thread_id: str,
+    transform: Transform,
+    **options: Unpack[RewriteOptions],
 ) -> CheckpointRewrite:
     """Remove what ``transform`` replaces from every checkpoint of ``thread_id``.
 
@@ -362,87 +458,17 @@ def rewrite_thread(
         CheckpointRewriteError: Occurrences remain after the rewrite.
 
     """
-    saved = list(checkpointer.list(_thread_config(thread_id)))
-    plan = _plan(thread_id, saved, transform)
-    if dry_run or not (plan.found or prune_always) or not saved:
-        return _done(plan, rewritten=False)
-    heads = _new_heads(plan, transform, checkpointer)
-    if _can_prune(checkpointer, is_async=False):
-        for head in heads:
-            checkpointer.put(
-                _put_config(head, thread_id, alone=False),
-                head.checkpoint,
-                head.metadata,
-                head.changed,
-            )
-        checkpointer.prune([thread_id], strategy="keep_latest")
-    else:
-        kept = _kept_heads(plan, heads)
-        checkpointer.delete_thread(thread_id)
-        for head in kept:
-            checkpointer.put(
-                _put_config(head, thread_id, alone=True),
-                head.checkpoint,
-                head.metadata,
-                _all_versions(head),
-            )
-    after = _plan(thread_id, list(checkpointer.list(_thread_config(thread_id))), transform)
-    _check_clean(thread_id, after)
-    return _done(plan, rewritten=bool(heads) or plan.result.older_checkpoints > 0)
+    return run(_rewrite(checkpointer, thread_id, transform, **options))
 
 
 async def arewrite_thread(
     checkpointer: BaseCheckpointSaver[Any],
     thread_id: str,
     transform: Transform,
-    *,
-    dry_run: bool = False,
-    prune_always: bool = False,
+    **options: Unpack[RewriteOptions],
 ) -> CheckpointRewrite:
-    """Async ``rewrite_thread`` (``AsyncPostgresSaver``, or any saver's async methods).
-
-    Args:
-        checkpointer: The thread's saver.
-        thread_id: The thread to rewrite; hold its thread lock while this runs.
-        transform: As at ``rewrite_thread``.
-        dry_run: Only count; change nothing.
-        prune_always: Prune the older checkpoints even when nothing was found.
-
-    Returns:
-        The counts found before the rewrite, and whether the checkpoints changed.
-
-    Raises:
-        PendingWritesError: A head has pending writes (checked in a dry run too).
-        CheckpointRewriteError: Occurrences remain after the rewrite.
-
-    """
-    saved = [item async for item in checkpointer.alist(_thread_config(thread_id))]
-    plan = _plan(thread_id, saved, transform)
-    if dry_run or not (plan.found or prune_always) or not saved:
-        return _done(plan, rewritten=False)
-    heads = _new_heads(plan, transform, checkpointer)
-    if _can_prune(checkpointer, is_async=True):
-        for head in heads:
-            await checkpointer.aput(
-                _put_config(head, thread_id, alone=False),
-                head.checkpoint,
-                head.metadata,
-                head.changed,
-            )
-        await checkpointer.aprune([thread_id], strategy="keep_latest")
-    else:
-        kept = _kept_heads(plan, heads)
-        await checkpointer.adelete_thread(thread_id)
-        for head in kept:
-            await checkpointer.aput(
-                _put_config(head, thread_id, alone=True),
-                head.checkpoint,
-                head.metadata,
-                _all_versions(head),
-            )
-    after_saved = [item async for item in checkpointer.alist(_thread_config(thread_id))]
-    _check_clean(thread_id, _plan(thread_id, after_saved, transform))
-    return _done(plan, rewritten=bool(heads) or plan.result.older_checkpoints > 0)
+    """Async :func:`rewrite_thread` (``AsyncPostgresSaver``, or any saver's async methods)."""
+    return await arun(_rewrite(checkpointer, thread_id, transform, **options))
 
 
 def _kept_heads(plan: _Plan, heads: list[_NewHead]) -> list[_NewHead]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 import psycopg
@@ -107,6 +107,33 @@ def _failing_on_the_database(error: BaseException | None) -> bool:
 
 
 @contextmanager
+def _reaching(uri: str) -> Iterator[None]:
+    """Raise ``DatabaseError`` (``unreachable``) for a connection error in the block."""
+    try:
+        yield
+    except psycopg.OperationalError as error:
+        raise unreachable(uri, error) from error
+
+
+@contextmanager
+def _released(thread_id: str) -> Iterator[Callable[[bool], None]]:
+    """Check the unlock the block reports: a database error or an unknown lock is lost."""
+    outcome: list[bool] = []
+    try:
+        yield outcome.append
+    except psycopg.Error as error:
+        _lost(thread_id, f"{type(error).__name__}: {error}".strip())
+    else:
+        if not all(outcome):
+            _lost(thread_id, "the database no longer knew it")
+
+
+def _busy_unless(acquired: bool, thread_id: str, seconds: float) -> None:
+    if not acquired:
+        raise ThreadBusyError(thread_id, seconds)
+
+
+@contextmanager
 def thread_lock(
     persistence: Persistence | AsyncPersistence, thread_id: str, *, wait: float = DEFAULT_WAIT
 ) -> Iterator[None]:
@@ -116,29 +143,17 @@ def thread_lock(
     attempt), and ``DatabaseError`` when the database cannot be reached. A waiter retries
     every 10-100 ms; waiters are not queued in arrival order.
     """
-    seconds = checked_wait(wait)
-    key = thread_key(thread_id)
-    try:
+    seconds, key = checked_wait(wait), thread_key(thread_id)
+    with _reaching(persistence.uri):
         conn = psycopg.connect(persistence.uri, autocommit=True)
-    except psycopg.OperationalError as error:
-        raise unreachable(persistence.uri, error) from error
     with conn:
-        try:
-            acquired = try_lock_until(conn, key, seconds)
-        except psycopg.OperationalError as error:
-            raise unreachable(persistence.uri, error) from error
-        if not acquired:
-            raise ThreadBusyError(thread_id, seconds)
+        with _reaching(persistence.uri):
+            _busy_unless(try_lock_until(conn, key, seconds), thread_id, seconds)
         try:
             yield
         finally:
-            try:
-                released = unlock(conn, key)
-            except psycopg.Error as error:
-                _lost(thread_id, f"{type(error).__name__}: {error}".strip())
-            else:
-                if not released:
-                    _lost(thread_id, "the database no longer knew it")
+            with _released(thread_id) as released:
+                released(unlock(conn, key))
 
 
 @asynccontextmanager
@@ -146,26 +161,14 @@ async def athread_lock(
     persistence: Persistence | AsyncPersistence, thread_id: str, *, wait: float = DEFAULT_WAIT
 ) -> AsyncIterator[None]:
     """Async ``thread_lock``: the same lock, so sync and async runs take turns too."""
-    seconds = checked_wait(wait)
-    key = thread_key(thread_id)
-    try:
+    seconds, key = checked_wait(wait), thread_key(thread_id)
+    with _reaching(persistence.uri):
         conn = await psycopg.AsyncConnection.connect(persistence.uri, autocommit=True)
-    except psycopg.OperationalError as error:
-        raise unreachable(persistence.uri, error) from error
     async with conn:
-        try:
-            acquired = await atry_lock_until(conn, key, seconds)
-        except psycopg.OperationalError as error:
-            raise unreachable(persistence.uri, error) from error
-        if not acquired:
-            raise ThreadBusyError(thread_id, seconds)
+        with _reaching(persistence.uri):
+            _busy_unless(await atry_lock_until(conn, key, seconds), thread_id, seconds)
         try:
             yield
         finally:
-            try:
-                released = await aunlock(conn, key)
-            except psycopg.Error as error:
-                _lost(thread_id, f"{type(error).__name__}: {error}".strip())
-            else:
-                if not released:
-                    _lost(thread_id, "the database no longer knew it")
+            with _released(thread_id) as released:
+                released(await aunlock(conn, key))

@@ -168,26 +168,13 @@ class SkillCatalog:
         self, folder: Path, found: list[Skill], problems: list[SkillProblem], seen: set[str]
     ) -> bool:
         """Adds the skills of one configured folder; False when it cannot be read."""
-        try:
-            if not folder.is_dir():
-                message = "folder not found" if not folder.exists() else "not a folder"
-                problems.append(SkillProblem(str(folder), None, message))
-                return False
-            if (folder / SKILL_FILE).exists():
-                candidates = [folder]
-            else:
-                with os.scandir(folder) as listing:
-                    names = sorted(entry.name for entry in listing)
-                candidates = [folder / name for name in names if not name.startswith(".")]
-        except OSError as error:
-            problems.append(SkillProblem(str(folder), None, _error_text(error)))
+        candidates = _candidates(folder, problems)
+        if candidates is None:
             return False
         for candidate in candidates:
             parsed = self._disk_skill(candidate, seen)
             if parsed is not None:
-                problems.extend(parsed.problems)
-                if parsed.skill is not None:
-                    found.append(parsed.skill)
+                _collect(parsed, found, problems)
         return True
 
     def _disk_skill(self, folder: Path, seen: set[str]) -> _Parsed | None:
@@ -223,17 +210,9 @@ class SkillCatalog:
             if tuple(item.namespace) != STORE_NAMESPACE:
                 continue
             ref = f"{STORE_REF_PREFIX}{item.key}/{SKILL_FILE}"
-            content = item.value.get("content") if isinstance(item.value, Mapping) else None
-            files = item.value.get("files") if isinstance(item.value, Mapping) else None
-            if not isinstance(content, str) or not (files is None or isinstance(files, Mapping)):
-                problems.append(
-                    SkillProblem(
-                        ref,
-                        None,
-                        "the Store item must be {'content': '<SKILL.md text>', "
-                        "'files': {'<relative path>': '<text>'}}",
-                    )
-                )
+            content = _store_content(item.value)
+            if content is None:
+                problems.append(SkillProblem(ref, None, _STORE_SHAPE))
                 continue
             listed = store_files(item.value)
             digest = (hashlib.sha256(content.encode("utf-8", "replace")).hexdigest(), listed)
@@ -243,9 +222,7 @@ class SkillCatalog:
             else:
                 parsed = _with_files(_parse(content, ref, item.key, "store"), listed)
             cache[item.key] = (digest, parsed)
-            problems.extend(parsed.problems)
-            if parsed.skill is not None:
-                found.append(parsed.skill)
+            _collect(parsed, found, problems)
         self._store = cache
 
     def _resolve(self, found: list[Skill], problems: list[SkillProblem]) -> list[Skill]:
@@ -356,3 +333,42 @@ def _error_text(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return str(error) or type(error).__name__
+
+
+_STORE_SHAPE = (
+    "the Store item must be {'content': '<SKILL.md text>', 'files': {'<relative path>': '<text>'}}"
+)
+
+
+def _store_content(value: object) -> str | None:
+    """The ``SKILL.md`` text of a well-shaped Store item, or None."""
+    if not isinstance(value, Mapping):
+        return None
+    content, files = value.get("content"), value.get("files")
+    if not isinstance(content, str) or not (files is None or isinstance(files, Mapping)):
+        return None
+    return content
+
+
+def _candidates(folder: Path, problems: list[SkillProblem]) -> list[Path] | None:
+    """The skill folders of a configured folder (itself, or its entries); None: unreadable."""
+    try:
+        if not folder.is_dir():
+            message = "folder not found" if not folder.exists() else "not a folder"
+            problems.append(SkillProblem(str(folder), None, message))
+            return None
+        if (folder / SKILL_FILE).exists():
+            return [folder]
+        with os.scandir(folder) as listing:
+            names = sorted(entry.name for entry in listing)
+        return [folder / name for name in names if not name.startswith(".")]
+    except OSError as error:
+        problems.append(SkillProblem(str(folder), None, _error_text(error)))
+        return None
+
+
+def _collect(parsed: _Parsed, found: list[Skill], problems: list[SkillProblem]) -> None:
+    """Add a parse's problems, and its skill if it has one."""
+    problems.extend(parsed.problems)
+    if parsed.skill is not None:
+        found.append(parsed.skill)
