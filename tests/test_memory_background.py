@@ -14,6 +14,7 @@ import signal
 import subprocess
 import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.base import GetOp
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import await_memory, build_graph, wait_for_memory
@@ -409,3 +411,40 @@ def test_ctxgraph_run_stores_the_facts_of_its_last_turn(
     facts = MemoryRepository(persistence.store).list_facts(Context(user_id=user))
     assert [fact.content for fact in facts] == [SECOND]
     assert persistence.store.get(memory_queue(), thread_id) is None
+
+
+class SlowQueueReads(InMemoryStore):
+    """Holds the background extraction between its read of the queue and its write back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker_read = threading.Event()
+        self._reads = 0
+
+    def batch(self, ops: Any) -> list[Any]:
+        ops = list(ops)
+        results = super().batch(ops)
+        reads_queue = any(isinstance(op, GetOp) and op.namespace == memory_queue() for op in ops)
+        if threading.current_thread().name.startswith("ctxgraph-memory-") and reads_queue:
+            self._reads += 1
+            if self._reads == 2:  # the read after the model call, before the write back
+                self.worker_read.set()
+                time.sleep(0.5)  # a turn queueing rows now is written over without the lock
+        return results
+
+
+def test_rows_queued_while_an_extraction_writes_back_are_extracted_too(
+    memory: BlockedMemory,
+) -> None:
+    store = SlowQueueReads()
+    graph = graph_on(store, memory)
+    context = Context(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    memory.release.set()
+
+    graph.invoke(turn(FIRST), config("t-race"), context=context)
+    assert store.worker_read.wait(HOLD)  # the extraction has read the item, not written it
+    graph.invoke(turn(SECOND), config("t-race"), context=context)
+    assert wait_for_memory(HOLD) == 0
+
+    assert contents(store, context) == [FIRST, SECOND]
+    assert store.get(memory_queue(), "t-race") is None

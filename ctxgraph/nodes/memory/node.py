@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage
@@ -39,11 +40,12 @@ from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
-from ctxgraph.state.sans_io import Flow, arun, io, run
+from ctxgraph.state.sans_io import Flow, arun, held, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import CallUsage, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
 from ctxgraph.store.memory.queue import MemoryQueue
+from ctxgraph.store.memory.queue_lock import aqueue_lock, queue_lock
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
 from ctxgraph.store.search.vectors import aput_facts, put_facts
 
@@ -217,10 +219,25 @@ class MemoryNodes:
         return await arun(self._flow(job))
 
     def _flow(self, job: MemoryJob) -> Flow[dict[str, Any]]:
-        """:meth:`_run` as a flow: Store batches, the model call and the hand-off are I/O."""
+        """:meth:`_run` as a flow: Store batches, the model call and the hand-off are I/O.
+
+        Rows that go to the queue are read and written under the thread's queue lock, so
+        a background extraction finishing meanwhile cannot write the item back from a
+        stale read (``queue_lock``); no model is called while it is held.
+        """
         plan = _Plan(job)
         if not plan.candidates:
             return {}
+        if not plan.deferred:
+            return (yield from self._steps(job, plan))
+        locks = (
+            partial(queue_lock, job.store, job.thread_id),
+            partial(aqueue_lock, job.store, job.thread_id),
+        )
+        return (yield from held(*locks, self._steps(job, plan)))
+
+    def _steps(self, job: MemoryJob, plan: _Plan) -> Flow[dict[str, Any]]:
+        """The reads, the inline extraction or the queueing, the writes and the hand-off."""
         store, extractor = job.store, self._extractor
         while reads := plan.reads():  # at most two batches, usually one
             plan.read((yield from io(store.batch, store.abatch, reads)))

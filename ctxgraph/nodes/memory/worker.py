@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, Literal
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
@@ -21,11 +22,12 @@ from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import ExtractionResult, MemoryExtractor
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.models import Models
-from ctxgraph.state.sans_io import Flow, io, run
+from ctxgraph.state.sans_io import Flow, held, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import UsageTotals, add_usage, calls_event_fields, usage_update
 from ctxgraph.store.memory.progress import ProcessedMessages, Progress, UnclaimedUsage
 from ctxgraph.store.memory.queue import MemoryQueue, PendingExtraction
+from ctxgraph.store.memory.queue_lock import aqueue_lock, queue_lock
 from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
 from ctxgraph.store.namespaces import memory_queue
 
@@ -131,10 +133,16 @@ class _ItemRun:
         except Exception as error:  # the item stays queued for a later run
             self._failed(error, extractor)
             return None
+        store, thread_id = self._store, self.item.thread_id
+        locks = partial(queue_lock, store, thread_id), partial(aqueue_lock, store, thread_id)
+        yield from held(*locks, self._finish(result))
+        return self._done(result)
+
+    def _finish(self, result: ExtractionResult) -> Flow[None]:
+        """Read the item and ids as they are now and write them back (under the lock)."""
         store = self._store
         found = yield from io(store.batch, store.abatch, self.reads())
         yield from io(store.batch, store.abatch, self.writes(found, result))
-        return self._done(result)
 
     def _arguments(self, repository: MemoryRepository, threshold: float) -> dict[str, Any]:
         item = self.item
