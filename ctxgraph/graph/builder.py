@@ -21,27 +21,29 @@ from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.invalid_calls import invalid_calls_node
 from ctxgraph.nodes.memory.load import MemoryLoader
 from ctxgraph.nodes.memory.node import MemoryNodes
-from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.model import ModelNode
-from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
-from ctxgraph.nodes.offload.results import ResultOffloader
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.part import Part, PartSetup
+from ctxgraph.nodes.parts import (
+    CompactionPart,
+    MemoryPart,
+    OffloadPart,
+    SkillsPart,
+    SubagentsPart,
+)
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.routing import AfterTools, route_after_model
-from ctxgraph.nodes.skills.policy import SkillPolicyGate
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
-from ctxgraph.nodes.skills.tools import SkillTools
-from ctxgraph.nodes.skills.view import SkillRequests
 from ctxgraph.nodes.subagents.route import SUBAGENT_NODE
-from ctxgraph.nodes.tools import read_history_tool, tools_node
+from ctxgraph.nodes.tools import tools_node
 from ctxgraph.nodes.tools.binding import UnboundToolGate
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.calibration import model_name
 from ctxgraph.state.context import Context
 from ctxgraph.state.graph_state import AgentState, InputState, OutputState
-from ctxgraph.state.models import Models, input_window
+from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
-from ctxgraph.state.tokens import MessageCount
+from ctxgraph.state.tokens import MessageCount, TokenCounter
 from ctxgraph.store.memory.ranking import Ranker
 from ctxgraph.store.memory.repository import RepositoryFactory
 
@@ -122,15 +124,8 @@ def create_builder(
     )
     with_loading = settings.memory_mode != "off"
     parts = _Parts(models, tools, settings, subagents, extensions)
-    all_tools, requests, skills, delegation = (
-        parts.tools,
-        parts.requests,
-        parts.skills,
-        parts.delegation,
-    )
-    model = ModelNode(
-        models.main, all_tools, settings, requests, skills, delegates=delegation is not None
-    )
+    all_tools, requests, delegation = parts.tools, parts.requests, parts.delegation
+    model = ModelNode(models.main, all_tools, settings, requests, parts.parts)
     compact = CompactNode(
         models,
         requests,
@@ -147,7 +142,7 @@ def create_builder(
     )
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(all_tools, parts.wrappers(models, settings)))
+    builder.add_node("tools", tools_node(all_tools, parts.wrappers()))
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
@@ -197,40 +192,42 @@ def create_builder(
 
 
 def graph_tools(
-    tools: Sequence[BaseTool],
+    tools: Sequence[BaseTool], settings: Settings, skills: SkillSources | None
+) -> list[BaseTool]:
+    """Every tool a graph of ``tools`` and ``settings`` may bind, in binding order.
+
+    ``tools``, the skill tools (given ``skills``), ``read_history``, the artifact readers,
+    and ``memory_search`` unless ``settings.memory_mode`` is off. A request binds a gated
+    tool only once it can help (``ctxgraph.nodes.tools.binding``).
+    """
+    chosen = built_in_parts(settings, skills=skills)
+    return part_tools(chosen, PartSetup(None, settings, TokenCounter(), tuple(tools)))
+
+
+def built_in_parts(
     settings: Settings,
-    skills: SkillSources | None,
     *,
-    parts: _Parts | None = None,
-) -> list[BaseTool]:
-    """Every tool the graph may bind, in binding order.
+    task: BaseTool | None = None,
+    skills: SkillSources | None = None,
+    compaction: CompactionPart | None = None,
+    memory: MemoryPart | None = None,
+) -> list[Part]:
+    """The built-in parts of a graph, in binding order.
 
-    ``tools``, the skill tools (given ``skills``), the built-in readers, and
-    ``memory_search`` unless ``settings.memory_mode`` is off; that one searches through
-    the repositories and counts with the counter of ``parts`` when given. A request binds
-    the built-in readers and ``memory_search`` only once they can help
-    (``ctxgraph.nodes.tools.binding``).
+    Subagents, skills (with skill sources), compaction, offloading, memory.
     """
-    skill_tools = SkillTools(skills, settings).tools() if skills is not None else []
-    return _with_builtin_tools([*tools, *skill_tools], settings, parts)
+    chosen: list[Part] = [SubagentsPart(task)]
+    if skills is not None:
+        chosen.append(SkillsPart(skills))
+    elif has_sources(settings):
+        chosen.append(SkillsPart())
+    chosen += [compaction or CompactionPart(), OffloadPart(), memory or MemoryPart()]
+    return chosen
 
 
-def _with_builtin_tools(
-    tools: Sequence[BaseTool], settings: Settings, parts: _Parts | None
-) -> list[BaseTool]:
-    """The caller's tools plus the built-in readers (and ``memory_search``); names are unique.
-
-    The readers are ``read_history`` (archived messages) and ``read_artifact`` and
-    ``grep_artifact`` (offloaded content).
-    """
-    all_tools = [*tools, read_history_tool(), read_artifact_tool(), grep_artifact_tool()]
-    if settings.memory_mode != "off":
-        if parts is None:
-            all_tools.append(memory_search_tool(settings))
-        else:
-            all_tools.append(
-                memory_search_tool(settings, repositories=parts.repositories, counter=parts.counter)
-            )
+def part_tools(parts: Sequence[Part], setup: PartSetup) -> list[BaseTool]:
+    """The caller's tools (``setup.tools``) and then each part's; names are unique."""
+    all_tools = [*setup.tools, *(tool for part in parts for tool in part.tools(setup))]
     names = [t.name for t in all_tools]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -239,7 +236,7 @@ def _with_builtin_tools(
 
 
 class _Parts:
-    """The tools, counter, repositories and request builder a graph of these arguments has."""
+    """The parts, tools, counter, repositories and request builder of a graph."""
 
     def __init__(
         self,
@@ -252,39 +249,37 @@ class _Parts:
         self.extensions = extensions
         self.counter = extensions.counter()
         """The graph's one token counter: the requests, compaction, memory and offloading."""
-        self.repositories: RepositoryFactory = extensions.repositories(settings)
-        """The memory repositories of the view and ``memory_search``, with the ranker."""
-        self.skills = SkillSources() if has_sources(settings) else None
         self.delegation = build_delegation(subagents, models.main, tools, settings)
-        own_tools = [*tools, self.delegation.tool] if self.delegation else list(tools)
-        self.tools = graph_tools(own_tools, settings, self.skills, parts=self)
-        skill_requests = None
-        if self.skills is not None:
-            main = models.main
-            skill_requests = SkillRequests(
-                self.skills,
-                [t.name for t in self.tools],
-                lambda run: input_window(main, run.context_window),
-                self.counter.count_text,
-            )
+        memory = MemoryPart(extensions.extraction_prompt, extensions.ranker)
+        self.repositories: RepositoryFactory = memory.repositories(settings)
+        """The memory repositories of the view and ``memory_search``, with the ranker."""
+        chosen = built_in_parts(
+            settings,
+            task=self.delegation.tool if self.delegation else None,
+            compaction=CompactionPart(extensions.summary_prompt),
+            memory=memory,
+        )
+        self.tools = part_tools(chosen, PartSetup(models, settings, self.counter, tuple(tools)))
+        self.setup = PartSetup(models, settings, self.counter, tuple(self.tools))
+        self.parts = [part.prepared(self.setup) for part in chosen]
         self.requests = RequestBuilder(
-            self.tools, self.counter, skill_requests, model=model_name(models.main)
+            self.tools, self.counter, model=model_name(models.main), parts=self.parts
         )
 
-    def wrappers(self, models: Models, settings: Settings) -> list[ToolWrapper]:
+    def wrappers(self) -> list[ToolWrapper]:
         """The tools node's wrappers, the first outermost.
 
-        The caller's ``tool_wrappers`` in their order, then the skill policy gate (with
-        skill sources), then the gate answering calls of built-in tools not bound for the
-        state, then the result offloader, innermost, next to the tool.
+        The caller's ``tool_wrappers`` in their order, then the parts' gates (the skill
+        policy gate), then the gate answering calls of gated tools not bound for the
+        state, then the parts' wrappers (the result offloader), innermost, next to the tool.
         """
-        wrappers: list[ToolWrapper] = [*self.extensions.tool_wrappers]
-        if self.skills is not None:
-            names = [t.name for t in self.tools]
-            wrappers.append(SkillPolicyGate(self.skills, settings, names))
-        wrappers.append(UnboundToolGate(settings))
-        wrappers.append(ResultOffloader(models.main, settings, counter=self.counter))
-        return wrappers
+        setup = self.setup
+        return [
+            *self.extensions.tool_wrappers,
+            *(gate for part in self.parts for gate in part.gates(setup)),
+            UnboundToolGate(setup.settings, self.tools),
+            *(wrapper for part in self.parts for wrapper in part.wrappers(setup)),
+        ]
 
 
 def compaction_node(

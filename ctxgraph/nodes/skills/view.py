@@ -17,7 +17,13 @@ from ctxgraph.nodes.skills.active import (
     render_slash,
 )
 from ctxgraph.nodes.skills.listing import render_listing
-from ctxgraph.nodes.skills.policy import UNRESTRICTED, ToolPolicy, slash_skill, tool_policy
+from ctxgraph.nodes.skills.policy import (
+    ALWAYS_ALLOWED,
+    UNRESTRICTED,
+    ToolPolicy,
+    slash_skill,
+    tool_policy,
+)
 from ctxgraph.nodes.skills.slash import SKILLS_ORIGIN
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.state.graph_state import AgentState
@@ -77,9 +83,14 @@ class SkillRequests:
         tool_names: Sequence[str],
         window_of: WindowOf,
         count: Callable[[str], int] = count_text,
+        exempt: frozenset[str] = ALWAYS_ALLOWED,
     ) -> None:
-        """``count`` sizes the listing and re-attached skills (the graph's token counter)."""
+        """``count`` sizes the listing and re-attached skills (the graph's token counter).
+
+        ``exempt`` are the tools every skill policy allows.
+        """
         self._count = count
+        self._exempt = exempt
         self._sources = sources
         self._tool_names = tuple(tool_names)
         self._window_of = window_of
@@ -113,7 +124,7 @@ class SkillRequests:
         )
         if self._parts_cache is not None and self._parts_cache[0] == key:
             return self._parts_cache[1]
-        policy = tool_policy(entries, slash, snapshot)
+        policy = tool_policy(entries, slash, snapshot, self._exempt)
         listing = self._listing(snapshot, list_budget)
         blocks: list[str] = []
         if entries or slash is not None:
