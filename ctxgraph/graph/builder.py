@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -15,6 +16,7 @@ from ctxgraph.graph.delegation import build_delegation
 from ctxgraph.graph.extensions import Extensions
 from ctxgraph.graph.input_check import attach_input_check
 from ctxgraph.graph.paired_node import paired_node as _node
+from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS, GraphParts, old_keywords
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
 from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.nodes.compaction.node import CompactNode
@@ -44,7 +46,6 @@ from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
 from ctxgraph.state.tokens import MessageCount, TokenCounter
-from ctxgraph.store.memory.ranking import Ranker
 from ctxgraph.store.memory.repository import RepositoryFactory
 
 Graph = CompiledStateGraph[AgentState, Context, InputState, OutputState]
@@ -57,13 +58,11 @@ def create_builder(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
     head: ThreadHead | None = None,
-    summary_prompt: str | None = None,
-    extraction_prompt: str | None = None,
-    token_counter: MessageCount | None = None,
+    parts: Sequence[Part] | None = None,
     tool_wrappers: Sequence[ToolWrapper] = (),
-    ranker: Ranker | None = None,
-    subagents: Sequence[SubagentSpec] | bool = (),
+    token_counter: MessageCount | None = None,
     compaction_queue: JobQueue | None = None,
+    **deprecated: Any,
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence.
 
@@ -71,6 +70,7 @@ def create_builder(
     ``flush``, no ``extract_memory``), and with ``settings.memory_mode == "off"`` no
     ``load_memory`` node and no ``memory_search`` tool; otherwise per-run settings choose.
     Compile it with ``compile_graph`` to get the input checks ``build_graph`` attaches.
+    ``ctxgraph.CtxGraph`` builds every served graph from one set of these arguments.
 
     Args:
         models: The chat models: ``main``, and ``summary`` and ``memory`` (each falls
@@ -81,56 +81,59 @@ def create_builder(
         head: Reads a thread's committed compaction mark and window, so a compaction
             commits only if the thread has not moved on while it ran; pass
             ``checkpoint_head(saver)`` when compiling with your own checkpointer.
-        subagents: ``SubagentSpec`` instances, or True for the general-purpose subagent
-            alone: adds the ``task`` tool and a ``subagent`` node that runs each call's
-            child.
-        compaction_queue: Receives the background compaction jobs of async runs (on a
-            LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker``
-            runs); without it a job is a daemon thread of the process.
-        summary_prompt: A template replacing ``SUMMARY_PROMPT`` in every summary call,
-            inline and in the background.
-        extraction_prompt: A template replacing ``EXTRACTION_PROMPT`` of memory
-            extraction, with the placeholders ``{profile}``, ``{facts}`` and
-            ``{conversation}`` (required).
+        parts: Parts replacing the built-in ones of their kind (``CompactionPart(
+            summary_prompt=...)``, ``MemoryPart(extraction_prompt=..., ranker=...)``,
+            ``SubagentsPart(specs)``, ``SkillsPart()``, ``OffloadPart()``) and the
+            caller's own parts, which follow the built-in ones. None is the built-in parts.
+        tool_wrappers: ``ToolWrapper``s around every call of the ``tools`` node, the
+            first outermost, all outside the built-in ones: the skill policy gate, then
+            the result offloader. So a wrapper sees each call before the policy refuses
+            it, and the result as the model will see it (a stub once offloaded).
         token_counter: Counts the tokens of a list of messages (e.g.
             ``count_tokens_approximately``) for every window and budget decision: the
             triggers, the summary chunks, the memory budget, the result offloading and
             the ``memory_search`` result cap. None counts with the offline tiktoken
             encoding.
-        tool_wrappers: ``ToolWrapper``s around every call of the ``tools`` node, the
-            first outermost, all outside the built-in ones: the skill policy gate, then
-            the result offloader. So a wrapper sees each call before the policy refuses
-            it, and the result as the model will see it (a stub once offloaded).
-        ranker: Orders ``memory_search`` results and the memory view's matches (see
-            ``ctxgraph.store.memory.ranking.Ranker``); None keeps ``final_score``.
+        compaction_queue: Receives the background compaction jobs of async runs (on a
+            LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker``
+            runs); without it a job is a daemon thread of the process.
+        **deprecated: ``summary_prompt``, ``extraction_prompt``, ``ranker`` and
+            ``subagents`` still work for one release, with a ``DeprecationWarning``
+            naming the part that takes each now.
 
     Returns:
         The ``StateGraph`` builder, not compiled.
 
     Raises:
-        PromptTemplateError: ``summary_prompt`` or ``extraction_prompt`` cannot be filled.
-        TypeError: ``token_counter``, ``ranker`` or a tool wrapper has the wrong shape.
-        ValueError: Two tools share a name.
+        PromptTemplateError: A summary or extraction prompt cannot be filled.
+        TypeError: ``token_counter``, a ranker or a tool wrapper has the wrong shape, or
+            an unknown keyword was given.
+        ValueError: Two tools share a name, or two parts are of one built-in kind.
         SettingsError: The settings are invalid together.
 
     """
+    resolved = GraphParts.resolve(parts, old_keywords(deprecated, PART_KEYWORDS, "create_builder"))
     settings = settings or Settings()
     extensions = Extensions.checked(
-        summary_prompt=summary_prompt,
-        extraction_prompt=extraction_prompt,
+        summary_prompt=resolved.compaction.summary_prompt,
+        extraction_prompt=resolved.memory.extraction_prompt,
         token_counter=token_counter,
         tool_wrappers=tool_wrappers,
-        ranker=ranker,
+        ranker=resolved.memory.ranker,
     )
     with_loading = settings.memory_mode != "off"
-    parts = _Parts(models, tools, settings, subagents, extensions)
-    all_tools, requests, delegation = parts.tools, parts.requests, parts.delegation
-    model = ModelNode(models.main, all_tools, settings, requests, parts.parts)
+    graph_parts = _Parts(models, tools, settings, resolved, extensions)
+    all_tools, requests, delegation = (
+        graph_parts.tools,
+        graph_parts.requests,
+        graph_parts.delegation,
+    )
+    model = ModelNode(models.main, all_tools, settings, requests, graph_parts.parts)
     compact = CompactNode(
         models,
         requests,
         settings,
-        parts.counter,
+        graph_parts.counter,
         head=head,
         queue=compaction_queue,
         summary_prompt=extensions.summary_prompt,
@@ -142,7 +145,7 @@ def create_builder(
     )
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(all_tools, parts.wrappers()))
+    builder.add_node("tools", tools_node(all_tools, graph_parts.wrappers()))
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
@@ -150,8 +153,8 @@ def create_builder(
             models,
             compact.planner,
             settings,
-            extraction_prompt=extraction_prompt,
-            repositories=parts.repositories,
+            extraction_prompt=extensions.extraction_prompt,
+            repositories=graph_parts.repositories,
         )
         builder.add_node("flush", _node(memory.flush, memory.aflush, name="flush"))
         builder.add_node(
@@ -166,7 +169,9 @@ def create_builder(
     }
     finish = "extract_memory" if with_memory else END
     if with_loading:
-        loader = MemoryLoader(settings, repositories=parts.repositories, counter=parts.counter)
+        loader = MemoryLoader(
+            settings, repositories=graph_parts.repositories, counter=graph_parts.counter
+        )
         builder.add_node("load_memory", _node(loader.load, loader.aload, name="load_memory"))
         builder.add_edge(START, "load_memory")
         builder.add_conditional_edges("load_memory", compact.route, before_model)
@@ -216,7 +221,7 @@ def built_in_parts(
 
     Subagents, skills (with skill sources), compaction, offloading, memory.
     """
-    chosen: list[Part] = [SubagentsPart(task)]
+    chosen: list[Part] = [SubagentsPart(task=task)]
     if skills is not None:
         chosen.append(SkillsPart(skills))
     elif has_sources(settings):
@@ -243,22 +248,23 @@ class _Parts:
         models: Models,
         tools: Sequence[BaseTool],
         settings: Settings,
-        subagents: Sequence[SubagentSpec] | bool,
+        resolved: GraphParts,
         extensions: Extensions,
     ) -> None:
         self.extensions = extensions
         self.counter = extensions.counter()
         """The graph's one token counter: the requests, compaction, memory and offloading."""
-        self.delegation = build_delegation(subagents, models.main, tools, settings)
-        memory = MemoryPart(extensions.extraction_prompt, extensions.ranker)
-        self.repositories: RepositoryFactory = memory.repositories(settings)
+        self.delegation = build_delegation(resolved.specs, models.main, tools, settings)
+        self.repositories: RepositoryFactory = resolved.memory.repositories(settings)
         """The memory repositories of the view and ``memory_search``, with the ranker."""
-        chosen = built_in_parts(
-            settings,
-            task=self.delegation.tool if self.delegation else None,
-            compaction=CompactionPart(extensions.summary_prompt),
-            memory=memory,
-        )
+        chosen = [
+            SubagentsPart(resolved.specs, task=self.delegation.tool if self.delegation else None),
+            *([resolved.skills or SkillsPart()] if has_sources(settings) else []),
+            resolved.compaction,
+            resolved.offload,
+            resolved.memory,
+            *resolved.extra,
+        ]
         self.tools = part_tools(chosen, PartSetup(models, settings, self.counter, tuple(tools)))
         self.setup = PartSetup(models, settings, self.counter, tuple(self.tools))
         self.parts = [part.prepared(self.setup) for part in chosen]
@@ -299,7 +305,8 @@ def compaction_node(
     """
     settings = settings or Settings()
     extensions = Extensions.checked(summary_prompt=summary_prompt, token_counter=token_counter)
-    parts = _Parts(models, tools, settings, subagents, extensions)
+    resolved = GraphParts.resolve([CompactionPart(summary_prompt), SubagentsPart(subagents)], {})
+    parts = _Parts(models, tools, settings, resolved, extensions)
     return CompactNode(
         models, parts.requests, settings, parts.counter, summary_prompt=summary_prompt
     )
@@ -312,19 +319,15 @@ def build_graph(
     models: Models | None = None,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
-    summary_prompt: str | None = None,
-    extraction_prompt: str | None = None,
-    token_counter: MessageCount | None = None,
-    tool_wrappers: Sequence[ToolWrapper] = (),
-    ranker: Ranker | None = None,
-    subagents: Sequence[SubagentSpec] | bool = (),
-    compaction_queue: JobQueue | None = None,
+    parts: Sequence[Part] | None = None,
+    **deprecated: Any,
 ) -> Graph:
     """Build and compile the graph, with input checks attached.
 
     A ``checkpointer`` needs a ``store`` too (see ``compile_graph``); with neither, the
     graph gets both from a LangGraph server or from a parent graph at run time. To run
-    inside a parent graph, use ``ctxgraph.graph.as_subgraph``.
+    inside a parent graph, use ``ctxgraph.graph.as_subgraph``. To build the workers with
+    the same seams, use ``ctxgraph.CtxGraph``.
 
     Args:
         checkpointer: Any LangGraph checkpointer; the threads' state lives there.
@@ -334,15 +337,12 @@ def build_graph(
             (``Models.from_env(os.environ)``).
         tools: The caller's tools.
         settings: The graph's settings (None is ``Settings()``).
-        subagents: Subagents for the ``task`` tool, as at ``create_builder``.
-        compaction_queue: Where background compaction jobs go, as at ``create_builder``.
-        summary_prompt: Replaces ``SUMMARY_PROMPT``, as at ``create_builder``.
-        extraction_prompt: Replaces ``EXTRACTION_PROMPT``, as at ``create_builder``.
-        token_counter: Counts the tokens of a list of messages, as at ``create_builder``.
-        tool_wrappers: Wrap every tool call outside the built-in wrappers, the first
-            outermost, as at ``create_builder``.
-        ranker: Orders memory search results and the memory view, as at
-            ``create_builder``.
+        parts: Parts replacing the built-in ones of their kind, and the caller's own, as
+            at ``create_builder``.
+        **deprecated: The keywords ``build_graph`` took before (``summary_prompt``,
+            ``extraction_prompt``, ``ranker``, ``subagents``, ``token_counter``,
+            ``tool_wrappers``, ``compaction_queue``) still work for one release, with a
+            ``DeprecationWarning`` naming the replacement of each.
 
     Returns:
         The compiled graph; run it with ``context=Context(user_id=...)``. With the default
@@ -353,23 +353,23 @@ def build_graph(
     Raises:
         ValueError: A ``checkpointer`` without a ``store``, or two tools share a name.
         ModelConfigError: ``models=None`` and the environment configures no usable model.
-        PromptTemplateError: ``summary_prompt`` or ``extraction_prompt`` cannot be filled.
-        TypeError: ``token_counter``, ``ranker`` or a tool wrapper has the wrong shape.
+        PromptTemplateError: A summary or extraction prompt cannot be filled.
+        TypeError: A token counter, ranker or tool wrapper has the wrong shape, or an
+            unknown keyword was given.
 
     """
+    old = old_keywords(deprecated, {**PART_KEYWORDS, **ROOT_KEYWORDS}, "build_graph")
     check_persistence(checkpointer, store)
+    resolved = GraphParts.resolve(parts, {k: v for k, v in old.items() if k in PART_KEYWORDS})
     builder = create_builder(
         models=models if models is not None else Models.from_env(os.environ),
         tools=tools,
         settings=settings,
         head=checkpoint_head(checkpointer),
-        subagents=subagents,
-        compaction_queue=compaction_queue,
-        summary_prompt=summary_prompt,
-        extraction_prompt=extraction_prompt,
-        token_counter=token_counter,
-        tool_wrappers=tool_wrappers,
-        ranker=ranker,
+        parts=resolved.all,
+        tool_wrappers=old.get("tool_wrappers", ()),
+        token_counter=old.get("token_counter"),
+        compaction_queue=old.get("compaction_queue"),
     )
     return compile_graph(builder, checkpointer=checkpointer, store=store)
 

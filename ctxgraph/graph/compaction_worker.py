@@ -24,6 +24,7 @@ from ctxgraph.nodes.compaction.job_queue import settings_from_values
 from ctxgraph.nodes.compaction.planner import summary_check
 from ctxgraph.nodes.compaction.summarizer import SummaryJob
 from ctxgraph.state.models import Models
+from ctxgraph.state.tokens import MessageCount, TokenCounter
 from ctxgraph.store.persistence.compaction_lease import leases_for, new_holder
 
 
@@ -61,9 +62,26 @@ CompactionWorkerGraph = CompiledStateGraph[
 
 
 def build_compaction_worker(
-    models: Models | None = None, *, store: BaseStore | None = None
+    models: Models | None = None,
+    *,
+    store: BaseStore | None = None,
+    token_counter: MessageCount | None = None,
+    summary_prompt: str | None = None,
 ) -> CompactionWorkerGraph:
-    """Compile the worker graph; ``models`` default to the environment, read at each run."""
+    """Compile the worker graph; ``models`` default to the environment, read at each run.
+
+    Args:
+        models: The chat models; None reads them from the environment at each run.
+        store: The Store to compile with; None lets a server inject its own.
+        token_counter: Counts the folded messages' tokens, as the agent graph's counter
+            does; None counts with the offline tiktoken encoding.
+        summary_prompt: The summary prompt of a job whose snapshot names none.
+
+    Returns:
+        The compiled worker graph.
+
+    """
+    counter = TokenCounter(count=token_counter) if token_counter is not None else None
 
     def run(state: CompactionWorkerState, runtime: Runtime[Any]) -> CompactionWorkerOutput:
         """Take the lease and run the job here; the result lands in the run's Store."""
@@ -99,7 +117,9 @@ def build_compaction_worker(
         )
         emit("started", thread_id, base_version=base, token=lease.token, folded=len(folded))
         jobs = BackgroundJobs(
-            [chosen.summary_model, chosen.main], prompt=state.get("summary_prompt")
+            [chosen.summary_model, chosen.main],
+            counter,
+            prompt=state.get("summary_prompt") or summary_prompt,
         )
         stored = jobs.run_here(snapshot, lease, leases, chosen_store)
         return {"outcome": "stored" if stored else "ended"}
@@ -115,5 +135,7 @@ def build_compaction_worker(
     return builder.compile(store=store, name="compaction_worker")
 
 
-graph = build_compaction_worker()
+from ctxgraph.graph.served import ROOT  # noqa: E402  (the root builds the graph this module serves)
+
+graph = ROOT.compaction_worker()
 """The graph ``langgraph.json`` serves as ``compaction_worker``; the server injects the Store."""

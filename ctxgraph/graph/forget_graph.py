@@ -120,5 +120,7 @@ def build_forget_graph(states: ServerThreadStates | None = None) -> ForgetGraph:
     return builder.compile(name=FORGET_GRAPH)
 
 
-graph: ForgetGraph = build_forget_graph()
+from ctxgraph.graph.served import ROOT  # noqa: E402  (the root builds the graph this module serves)
+
+graph: ForgetGraph = ROOT.forget()
 """The graph ``langgraph.json`` serves as ``forget``; the server injects the Store."""

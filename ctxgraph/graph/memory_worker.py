@@ -18,7 +18,10 @@ from ctxgraph.nodes.memory.extract import MemoryExtractor
 from ctxgraph.nodes.memory.worker import process_pending, processed_usage
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.tokens import MessageCount, TokenCounter
 from ctxgraph.state.usage import UsageTotals
+from ctxgraph.store.memory.ranking import Ranker
+from ctxgraph.store.memory.repository import RepositoryFactory
 
 
 class WorkerStoreError(RuntimeError):
@@ -53,13 +56,30 @@ def build_worker_graph(
     settings: Settings | None = None,
     *,
     store: BaseStore | None = None,
+    extraction_prompt: str | None = None,
+    ranker: Ranker | None = None,
+    token_counter: MessageCount | None = None,
 ) -> WorkerGraph:
     """Compile the worker graph, on ``store`` when given (a LangGraph server injects its own).
 
     ``models`` and ``settings`` default to the environment, read when a run starts (not
     when the graph is built), so a server can load the graph before a model is configured;
     such a run then fails with the one-line ``ModelConfigError`` message.
+
+    Args:
+        models: The chat models; None reads them from the environment at each run.
+        settings: The settings; None reads them from the environment at each run.
+        store: The Store to compile with; None lets a server inject its own.
+        extraction_prompt: Replaces ``EXTRACTION_PROMPT``, as the agent graph's memory
+            part does (``ctxgraph.CtxGraph`` passes its own).
+        ranker: Orders the stored facts extraction reads, as the agent graph's.
+        token_counter: Counts a call's tokens when the provider reports none.
+
+    Returns:
+        The compiled worker graph.
+
     """
+    counter = TokenCounter(count=token_counter) if token_counter is not None else None
 
     def process(state: WorkerState, runtime: Runtime[Any]) -> WorkerOutput:
         """Run the due pending extractions (all of them with ``force``) on the run's Store."""
@@ -71,11 +91,15 @@ def build_worker_graph(
             )
         chosen_models = models if models is not None else Models.from_env(os.environ)
         chosen_settings = settings if settings is not None else Settings.from_env(os.environ)
+        repositories = (
+            None if ranker is None else RepositoryFactory(ranker=ranker, settings=chosen_settings)
+        )
         done = process_pending(
             store,
-            MemoryExtractor(chosen_models.memory_model),
+            MemoryExtractor(chosen_models.memory_model, extraction_prompt, counter=counter),
             threshold=chosen_settings.confidence_threshold,
             quiet_seconds=0.0 if state.get("force") else chosen_settings.memory_quiet_seconds,
+            repositories=repositories,
         )
         return {
             "processed": len(done),
@@ -91,5 +115,7 @@ def build_worker_graph(
     return builder.compile(store=store, name="memory_worker")
 
 
-graph = build_worker_graph()
+from ctxgraph.graph.served import ROOT  # noqa: E402  (the root builds the graph this module serves)
+
+graph = ROOT.memory_worker()
 """The worker graph ``langgraph.json`` serves as ``memory_worker``; the server injects the Store."""

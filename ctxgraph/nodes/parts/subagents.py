@@ -16,20 +16,26 @@ from ctxgraph.nodes.subagents.render import delegations_message
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.settings import Settings
+from ctxgraph.state.subagents import SubagentSpec
 
 
 class SubagentsPart(Part):
     """Delegation as a part.
 
-    Every graph shows a thread's delegation record before the latest real user message.
-    Given the ``task`` tool (a graph with subagents), it binds it, marks delegations an
+    ``subagents`` are ``SubagentSpec`` instances, or True for the general-purpose subagent
+    alone; the graph builds the ``task`` tool and the ``subagent`` node from them. Every
+    graph shows a thread's delegation record before the latest real user message. Given
+    the ``task`` tool (a graph with subagents), the part binds it, marks delegations an
     earlier run left running as cancelled before each model call, and enters the
     answer's ``task`` calls in the record as running.
     """
 
     rank = 40
 
-    def __init__(self, task: BaseTool | None = None) -> None:
+    def __init__(
+        self, subagents: Sequence[SubagentSpec] | bool = (), *, task: BaseTool | None = None
+    ) -> None:
+        self.subagents = subagents
         self.task = task
         # The delegation record's message, rebuilt when the record changes.
         self._cache: tuple[str, HumanMessage | None] | None = None
@@ -40,7 +46,7 @@ class SubagentsPart(Part):
 
     def prepared(self, setup: PartSetup) -> SubagentsPart:
         """A part of its own for one graph (it caches the record's message)."""
-        return SubagentsPart(self.task)
+        return SubagentsPart(self.subagents, task=self.task)
 
     def per_turn(self, state: AgentState, window: Sequence[BaseMessage]) -> Sequence[TurnMessage]:
         """The delegation record, before the latest real user message."""
