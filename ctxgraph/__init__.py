@@ -11,11 +11,25 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ctxgraph.graph.builder import build_graph, create_builder
+    from ctxgraph.graph.root import CtxGraph
     from ctxgraph.graph.subgraph import as_subgraph
+    from ctxgraph.nodes.compaction.job_queue import JobQueue, ServerJobQueue
+    from ctxgraph.nodes.gates import Gate, GatedTool, ToolFilter
+    from ctxgraph.nodes.part import BeforeModel, Part, PartSetup, TurnMessage
+    from ctxgraph.nodes.parts import (
+        CompactionPart,
+        MemoryPart,
+        OffloadPart,
+        SkillsPart,
+        SubagentsPart,
+    )
+    from ctxgraph.nodes.tools.wrappers import ToolWrapper
     from ctxgraph.state.context import Context
     from ctxgraph.state.models import Models
     from ctxgraph.state.settings import Settings
     from ctxgraph.state.subagents import SubagentSpec
+    from ctxgraph.state.tokens import MessageCount
+    from ctxgraph.store.memory.ranking import Ranker
     from ctxgraph.store.memory.repository import MemoryRepository
 
 __version__ = "0.2.0"
@@ -23,20 +37,56 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "build_graph": "ctxgraph.graph.builder",
     "create_builder": "ctxgraph.graph.builder",
+    "CtxGraph": "ctxgraph.graph.root",
     "as_subgraph": "ctxgraph.graph.subgraph",
+    "JobQueue": "ctxgraph.nodes.compaction.job_queue",
+    "ServerJobQueue": "ctxgraph.nodes.compaction.job_queue",
+    "Gate": "ctxgraph.nodes.gates",
+    "GatedTool": "ctxgraph.nodes.gates",
+    "ToolFilter": "ctxgraph.nodes.gates",
+    "BeforeModel": "ctxgraph.nodes.part",
+    "Part": "ctxgraph.nodes.part",
+    "PartSetup": "ctxgraph.nodes.part",
+    "TurnMessage": "ctxgraph.nodes.part",
+    "CompactionPart": "ctxgraph.nodes.parts",
+    "MemoryPart": "ctxgraph.nodes.parts",
+    "OffloadPart": "ctxgraph.nodes.parts",
+    "SkillsPart": "ctxgraph.nodes.parts",
+    "SubagentsPart": "ctxgraph.nodes.parts",
+    "ToolWrapper": "ctxgraph.nodes.tools.wrappers",
     "Context": "ctxgraph.state.context",
     "Models": "ctxgraph.state.models",
     "Settings": "ctxgraph.state.settings",
     "SubagentSpec": "ctxgraph.state.subagents",
+    "MessageCount": "ctxgraph.state.tokens",
+    "Ranker": "ctxgraph.store.memory.ranking",
     "MemoryRepository": "ctxgraph.store.memory.repository",
 }
 
 __all__ = [
+    "BeforeModel",
+    "CompactionPart",
     "Context",
+    "CtxGraph",
+    "Gate",
+    "GatedTool",
+    "JobQueue",
+    "MemoryPart",
     "MemoryRepository",
+    "MessageCount",
     "Models",
+    "OffloadPart",
+    "Part",
+    "PartSetup",
+    "Ranker",
+    "ServerJobQueue",
     "Settings",
+    "SkillsPart",
     "SubagentSpec",
+    "SubagentsPart",
+    "ToolFilter",
+    "ToolWrapper",
+    "TurnMessage",
     "__version__",
     "as_subgraph",
     "build_graph",
