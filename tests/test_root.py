@@ -30,8 +30,7 @@ from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository
 from tests.support.rankers import Sorter
-from tests.test_memory_worker import ROWS
-from tests.test_memory_worker import _update_call as _update_call
+from tests.test_memory_worker import ROWS, _update_call
 
 EXTRACTION = """House rules (root seam): remember only what the user says about their work.
 Profile: {profile}
