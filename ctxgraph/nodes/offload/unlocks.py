@@ -23,8 +23,6 @@ ARTIFACT_TOOLS = frozenset({"read_artifact", "grep_artifact"})
 """Bound once the thread has an artifact."""
 HISTORY_TOOL = "read_history"
 """Bound once the thread has an archive."""
-UNLOCKABLE = ARTIFACT_TOOLS | {HISTORY_TOOL}
-"""The built-in tools a thread unlocks for good (``state["tools_unlocked"]``)."""
 
 SUBAGENT_KWARG = "subagent"
 """``additional_kwargs`` key of a ``task`` result (``nodes.subagents.result.SUBAGENT_KEY``)."""
@@ -78,13 +76,18 @@ def has_archive(state: Mapping[str, Any]) -> bool:
 
 
 def unlocked_tools(state: Mapping[str, Any]) -> frozenset[str]:
-    """The unlockable tools ``state`` has unlocked: kept ones, plus any it now earns."""
-    unlocked = set(persisted_unlocks(state))
-    if not unlocked >= ARTIFACT_TOOLS and has_artifact(state):
-        unlocked |= ARTIFACT_TOOLS
-    if HISTORY_TOOL not in unlocked and has_archive(state):
-        unlocked.add(HISTORY_TOOL)
-    return frozenset(unlocked & UNLOCKABLE)
+    """The tools ``state`` has unlocked: every kept one, plus the built-in readers it earns.
+
+    The kept names (``state["tools_unlocked"]``) are those of any tool that stays bound,
+    which the model node keeps as soon as the thread earns one (``ToolBinding.unlocked``).
+    """
+    kept = persisted_unlocks(state)
+    earned: set[str] = set()
+    if not kept >= ARTIFACT_TOOLS and has_artifact(state):
+        earned |= ARTIFACT_TOOLS
+    if HISTORY_TOOL not in kept and has_archive(state):
+        earned.add(HISTORY_TOOL)
+    return kept | frozenset(earned)
 
 
 def unlock_update(state: Mapping[str, Any]) -> dict[str, list[str]]:
