@@ -76,33 +76,22 @@ class GraphParts:
             ValueError: ``parts`` holds two parts of one built-in kind.
 
         """
-        found: dict[type[Part], Part] = {}
-        extra: list[Part] = []
-        for part in parts or ():
-            kind = next((k for k in _BUILT_IN if isinstance(part, k)), None)
-            if kind is None:
-                extra.append(part)
-                continue
-            if kind in found:
-                raise ValueError(f"parts holds two {kind.__name__}s; give one of each kind")
-            found[kind] = part
-        compaction = _of(found, CompactionPart, CompactionPart())
+        found, extra = _by_kind(parts or ())
         memory = _of(found, MemoryPart, MemoryPart())
-        subagents = _of(found, SubagentsPart, SubagentsPart())
-        if "summary_prompt" in old:
-            compaction = CompactionPart(old["summary_prompt"])
         if "extraction_prompt" in old or "ranker" in old:
             memory = MemoryPart(
                 old.get("extraction_prompt", memory.extraction_prompt),
                 old.get("ranker", memory.ranker),
             )
-        if "subagents" in old:
-            subagents = SubagentsPart(old["subagents"])
         skills = found.get(SkillsPart)
         return cls(
-            compaction=compaction,
+            compaction=CompactionPart(old["summary_prompt"])
+            if "summary_prompt" in old
+            else _of(found, CompactionPart, CompactionPart()),
             memory=memory,
-            subagents=subagents,
+            subagents=SubagentsPart(old["subagents"])
+            if "subagents" in old
+            else _of(found, SubagentsPart, SubagentsPart()),
             offload=_of(found, OffloadPart, OffloadPart()),
             skills=skills if isinstance(skills, SkillsPart) else None,
             extra=tuple(extra),
@@ -130,6 +119,21 @@ _BUILT_IN: tuple[type[Part], ...] = (
 
 
 P = TypeVar("P", bound=Part)
+
+
+def _by_kind(parts: Sequence[Part]) -> tuple[dict[type[Part], Part], list[Part]]:
+    """The parts of a built-in kind by kind, and the others in order."""
+    found: dict[type[Part], Part] = {}
+    extra: list[Part] = []
+    for part in parts:
+        kind = next((k for k in _BUILT_IN if isinstance(part, k)), None)
+        if kind is None:
+            extra.append(part)
+        elif kind in found:
+            raise ValueError(f"parts holds two {kind.__name__}s; give one of each kind")
+        else:
+            found[kind] = part
+    return found, extra
 
 
 def _of(found: Mapping[type[Part], Part], kind: type[P], default: P) -> P:

@@ -30,7 +30,7 @@ from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.skills import SkillSnapshot
+from ctxgraph.store.skills import Skill, SkillSnapshot
 
 SKILLS_MESSAGE_ID = "ctxgraph-skills"
 
@@ -125,18 +125,32 @@ class SkillRequests:
         if self._parts_cache is not None and self._parts_cache[0] == key:
             return self._parts_cache[1]
         policy = tool_policy(entries, slash, snapshot, self._exempt)
-        listing = self._listing(snapshot, list_budget)
+        parts = SkillParts(
+            self._listing(snapshot, list_budget),
+            self._context(entries, window, snapshot, slash, policy, reinject_budget),
+            policy,
+        )
+        self._parts_cache = (key, parts)
+        return parts
+
+    def _context(
+        self,
+        entries: Sequence[Mapping[str, Any]],
+        window: Sequence[BaseMessage],
+        snapshot: SkillSnapshot,
+        slash: Skill | None,
+        policy: ToolPolicy,
+        budget: int,
+    ) -> HumanMessage | None:
+        """The active-skill context: reminders, re-attached bodies, the run's slash skill."""
         blocks: list[str] = []
         if entries or slash is not None:
             blocks.append(render_reminders(entries, snapshot, policy, self._tool_names))
         reattach = bodies_to_reattach(entries, window, snapshot, slash)
-        blocks.extend(render_reattached(reattach, reinject_budget, self._count))
+        blocks.extend(render_reattached(reattach, budget, self._count))
         if slash is not None:
             blocks.append(render_slash(slash))
-        context = skills_message("\n\n".join(blocks)) if blocks else None
-        parts = SkillParts(listing, context, policy)
-        self._parts_cache = (key, parts)
-        return parts
+        return skills_message("\n\n".join(blocks)) if blocks else None
 
     def _listing(self, snapshot: SkillSnapshot, budget: int) -> str:
         """The listing of ``snapshot``, rendered once per digest and budget."""
