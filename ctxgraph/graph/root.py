@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from ctxgraph.graph.builder import Builder, Graph, check_persistence, compile_graph, create_builder
+from ctxgraph.graph.compaction_worker_graph import CompactionWorkerGraph, build_compaction_worker
 from ctxgraph.graph.environment import EnvironmentConfig
 from ctxgraph.graph.extensions import Extensions
+from ctxgraph.graph.forgetting import ForgetGraph, build_forget_graph
+from ctxgraph.graph.memory_worker_graph import WorkerGraph, build_worker_graph
 from ctxgraph.graph.seams import GraphParts
 from ctxgraph.graph.subgraph import SubgraphNode, as_subgraph
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
@@ -22,11 +25,6 @@ from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import MessageCount
-
-if TYPE_CHECKING:
-    from ctxgraph.graph.compaction_worker import CompactionWorkerGraph
-    from ctxgraph.graph.forget_graph import ForgetGraph
-    from ctxgraph.graph.memory_worker import WorkerGraph
 
 __all__ = ["CtxGraph"]
 
@@ -57,6 +55,8 @@ class CtxGraph:
         parts: Sequence[Part] | None = None,
         tool_wrappers: Sequence[ToolWrapper] = (),
         token_counter: MessageCount | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         """Check the seams once, so a bad one fails here, not inside a run.
 
@@ -69,6 +69,8 @@ class CtxGraph:
             parts: Parts replacing the built-in ones of their kind, and the caller's own.
             tool_wrappers: Wrap every call of the agent's ``tools`` node, first outermost.
             token_counter: Counts the tokens of a list of messages, in every graph.
+            environ: Configures the agent's models, settings, tools and subagents when
+                it is built, as the command line reads them (see ``from_env``).
 
         Raises:
             PromptTemplateError: A summary or extraction prompt cannot be filled.
@@ -89,7 +91,7 @@ class CtxGraph:
             tool_wrappers=self.tool_wrappers,
             ranker=self.parts.memory.ranker,
         )
-        self._environ: Mapping[str, str] | None = None
+        self._environ = environ
 
     @classmethod
     def from_env(
@@ -105,9 +107,9 @@ class CtxGraph:
         line and ``langgraph.json`` read them (``EnvironmentConfig``); nothing is read
         here, so the workers load before a model is configured.
         """
-        root = cls(parts=parts, tool_wrappers=tool_wrappers, token_counter=token_counter)
-        root._environ = environ
-        return root
+        return cls(
+            parts=parts, tool_wrappers=tool_wrappers, token_counter=token_counter, environ=environ
+        )
 
     def _seams(self) -> dict[str, Any]:
         """The keywords the agent's builder and the subgraph node take alike."""
@@ -175,8 +177,6 @@ class CtxGraph:
 
     def memory_worker(self, *, store: BaseStore | None = None) -> WorkerGraph:
         """The memory worker, extracting with this root's prompt, ranker and counter."""
-        from ctxgraph.graph.memory_worker import build_worker_graph
-
         memory = self.parts.memory
         return build_worker_graph(
             self.models,
@@ -189,8 +189,6 @@ class CtxGraph:
 
     def compaction_worker(self, *, store: BaseStore | None = None) -> CompactionWorkerGraph:
         """The compaction worker, counting with this root's token counter."""
-        from ctxgraph.graph.compaction_worker import build_compaction_worker
-
         return build_compaction_worker(
             self.models,
             store=store,
@@ -200,6 +198,4 @@ class CtxGraph:
 
     def forget(self) -> ForgetGraph:
         """The forget graph a server serves (the server injects the Store)."""
-        from ctxgraph.graph.forget_graph import build_forget_graph
-
         return build_forget_graph()

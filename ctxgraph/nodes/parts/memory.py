@@ -59,10 +59,17 @@ class MemoryPart(Part):
 
     rank = 20
 
-    def __init__(self, extraction_prompt: str | None = None, ranker: Ranker | None = None) -> None:
+    def __init__(
+        self,
+        extraction_prompt: str | None = None,
+        ranker: Ranker | None = None,
+        *,
+        repositories: tuple[Settings, RepositoryFactory] | None = None,
+    ) -> None:
+        """``repositories`` are those made for a graph's settings, shared when prepared."""
         self.extraction_prompt = extraction_prompt
         self.ranker = ranker
-        self._repositories: tuple[Settings, RepositoryFactory] | None = None
+        self._repositories = repositories
         # The memory message of the latest view; a turn's requests all carry the same one.
         self._cache: tuple[str, HumanMessage] | None = None
 
@@ -77,9 +84,7 @@ class MemoryPart(Part):
 
     def prepared(self, setup: PartSetup) -> MemoryPart:
         """A part of its own for one graph (it caches the view's message)."""
-        part = MemoryPart(self.extraction_prompt, self.ranker)
-        part._repositories = self._repositories
-        return part
+        return MemoryPart(self.extraction_prompt, self.ranker, repositories=self._repositories)
 
     def tools(self, setup: PartSetup) -> Sequence[BaseTool]:
         """``memory_search`` unless memory is off; the run's memory mode binds it."""

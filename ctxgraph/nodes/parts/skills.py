@@ -40,11 +40,16 @@ class SkillsPart(Part):
     rank = 30
 
     def __init__(
-        self, sources: SkillSources | None = None, requests: SkillRequests | None = None
+        self,
+        sources: SkillSources | None = None,
+        requests: SkillRequests | None = None,
+        *,
+        tool_names: Sequence[str] = (),
     ) -> None:
+        """``requests`` and ``tool_names`` (every tool of the graph) are set when prepared."""
         self.sources = sources if sources is not None else SkillSources()
         self._requests = requests
-        self._tool_names: tuple[str, ...] = ()
+        self._tool_names = tuple(tool_names)
         self._checked_digest = ""
 
     def tools(self, setup: PartSetup) -> Sequence[BaseTool]:
@@ -62,9 +67,7 @@ class SkillsPart(Part):
             setup.counter.count_text,
             always_allowed(setup.tools),
         )
-        part = SkillsPart(self.sources, requests)
-        part._tool_names = tuple(names)
-        return part
+        return SkillsPart(self.sources, requests, tool_names=names)
 
     def gates(self, setup: PartSetup) -> Sequence[ToolWrapper]:
         """The policy gate, refusing the calls the active skills do not allow."""
