@@ -64,7 +64,7 @@ from bench.session import (
 )
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
-from ctxgraph.nodes.request import SUMMARY_MESSAGE_ID
+from ctxgraph.nodes.parts.compaction import SUMMARY_MESSAGE_ID
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.summary import canonical_json

@@ -24,7 +24,7 @@ from ctxgraph.graph import Graph
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
 from ctxgraph.nodes.offload.unlocks import SUBAGENT_KWARG, has_artifact, unlock_update
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.skills.policy import ToolPolicy
 from ctxgraph.nodes.subagents.result import SUBAGENT_KEY
 from ctxgraph.nodes.tools import read_history_tool

@@ -22,7 +22,7 @@ from ctxgraph.nodes.compaction.commit import (
     moved,
 )
 from ctxgraph.nodes.compaction.node import CompactNode
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter

@@ -29,7 +29,7 @@ from ctxgraph.nodes.compaction.node import UNFIT, Launch
 from ctxgraph.nodes.compaction.planner import CompactionPlanner
 from ctxgraph.nodes.compaction.render import SECTIONS
 from ctxgraph.nodes.compaction.verify import size_problems
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.messages import message_origin

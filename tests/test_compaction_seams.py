@@ -29,7 +29,7 @@ from ctxgraph.nodes.compaction.summarizer import (
     SummaryJob,
     SummaryWriter,
 )
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.prompt_template import PromptTemplateError

@@ -20,13 +20,8 @@ def test_the_promised_imports_and_signatures() -> None:
         "models",
         "tools",
         "settings",
-        "summary_prompt",
-        "extraction_prompt",
-        "token_counter",
-        "tool_wrappers",
-        "ranker",
-        "subagents",
-        "compaction_queue",
+        "parts",
+        "deprecated",
     ]
     assert list(inspect.signature(render_memory).parameters) == [
         "profile",

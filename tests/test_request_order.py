@@ -28,7 +28,9 @@ from langgraph.store.memory import InMemoryStore
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.cache_markers import accepts_cache_control, with_cache_marker
 from ctxgraph.nodes.compaction.render import render_summary
-from ctxgraph.nodes.request import Request, RequestBuilder, memory_message
+from ctxgraph.nodes.parts.memory import memory_message
+from ctxgraph.nodes.parts.requests import RequestBuilder
+from ctxgraph.nodes.request import Request
 from ctxgraph.nodes.skills.policy import UNRESTRICTED
 from ctxgraph.nodes.skills.view import SkillParts, SkillRequests, skills_message
 from ctxgraph.nodes.subagents.render import delegations_message

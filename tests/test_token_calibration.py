@@ -22,7 +22,7 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph import Context, Models, Settings, build_graph
 from ctxgraph.graph import Graph
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state.calibration import (
     MAX_FACTOR,
     MIN_FACTOR,

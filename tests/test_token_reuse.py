@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Settings
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.tokens import TokenCounter, count_text, encoding

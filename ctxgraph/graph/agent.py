@@ -9,9 +9,7 @@ server's Store first, and the ``memory_worker`` graph processes what a stopped s
 
 from __future__ import annotations
 
-import os
-
-from ctxgraph.graph.environment import EnvironmentConfig
+from ctxgraph.graph.served import ROOT
 from ctxgraph.nodes.compaction.job_queue import ServerJobQueue
 
-graph = EnvironmentConfig.read(os.environ).build(compaction_queue=ServerJobQueue())
+graph = ROOT.agent(compaction_queue=ServerJobQueue())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -15,34 +16,36 @@ from ctxgraph.graph.delegation import build_delegation
 from ctxgraph.graph.extensions import Extensions
 from ctxgraph.graph.input_check import attach_input_check
 from ctxgraph.graph.paired_node import paired_node as _node
+from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS, GraphParts, old_keywords
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
 from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.invalid_calls import invalid_calls_node
 from ctxgraph.nodes.memory.load import MemoryLoader
 from ctxgraph.nodes.memory.node import MemoryNodes
-from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.model import ModelNode
-from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
-from ctxgraph.nodes.offload.results import ResultOffloader
-from ctxgraph.nodes.request import RequestBuilder
+from ctxgraph.nodes.part import Part, PartSetup
+from ctxgraph.nodes.parts import (
+    CompactionPart,
+    MemoryPart,
+    OffloadPart,
+    SkillsPart,
+    SubagentsPart,
+)
+from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.routing import AfterTools, route_after_model
-from ctxgraph.nodes.skills.policy import SkillPolicyGate
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
-from ctxgraph.nodes.skills.tools import SkillTools
-from ctxgraph.nodes.skills.view import SkillRequests
 from ctxgraph.nodes.subagents.route import SUBAGENT_NODE
-from ctxgraph.nodes.tools import read_history_tool, tools_node
+from ctxgraph.nodes.tools import tools_node
 from ctxgraph.nodes.tools.binding import UnboundToolGate
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.calibration import model_name
 from ctxgraph.state.context import Context
 from ctxgraph.state.graph_state import AgentState, InputState, OutputState
-from ctxgraph.state.models import Models, input_window
+from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
-from ctxgraph.state.tokens import MessageCount
-from ctxgraph.store.memory.ranking import Ranker
+from ctxgraph.state.tokens import MessageCount, TokenCounter
 from ctxgraph.store.memory.repository import RepositoryFactory
 
 Graph = CompiledStateGraph[AgentState, Context, InputState, OutputState]
@@ -55,13 +58,11 @@ def create_builder(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
     head: ThreadHead | None = None,
-    summary_prompt: str | None = None,
-    extraction_prompt: str | None = None,
-    token_counter: MessageCount | None = None,
+    parts: Sequence[Part] | None = None,
     tool_wrappers: Sequence[ToolWrapper] = (),
-    ranker: Ranker | None = None,
-    subagents: Sequence[SubagentSpec] | bool = (),
+    token_counter: MessageCount | None = None,
     compaction_queue: JobQueue | None = None,
+    **deprecated: Any,
 ) -> Builder:
     """Return the uncompiled graph, so callers can compile it with their own persistence.
 
@@ -69,6 +70,7 @@ def create_builder(
     ``flush``, no ``extract_memory``), and with ``settings.memory_mode == "off"`` no
     ``load_memory`` node and no ``memory_search`` tool; otherwise per-run settings choose.
     Compile it with ``compile_graph`` to get the input checks ``build_graph`` attaches.
+    ``ctxgraph.CtxGraph`` builds every served graph from one set of these arguments.
 
     Args:
         models: The chat models: ``main``, and ``summary`` and ``memory`` (each falls
@@ -79,63 +81,59 @@ def create_builder(
         head: Reads a thread's committed compaction mark and window, so a compaction
             commits only if the thread has not moved on while it ran; pass
             ``checkpoint_head(saver)`` when compiling with your own checkpointer.
-        subagents: ``SubagentSpec`` instances, or True for the general-purpose subagent
-            alone: adds the ``task`` tool and a ``subagent`` node that runs each call's
-            child.
-        compaction_queue: Receives the background compaction jobs of async runs (on a
-            LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker``
-            runs); without it a job is a daemon thread of the process.
-        summary_prompt: A template replacing ``SUMMARY_PROMPT`` in every summary call,
-            inline and in the background.
-        extraction_prompt: A template replacing ``EXTRACTION_PROMPT`` of memory
-            extraction, with the placeholders ``{profile}``, ``{facts}`` and
-            ``{conversation}`` (required).
+        parts: Parts replacing the built-in ones of their kind (``CompactionPart(
+            summary_prompt=...)``, ``MemoryPart(extraction_prompt=..., ranker=...)``,
+            ``SubagentsPart(specs)``, ``SkillsPart()``, ``OffloadPart()``) and the
+            caller's own parts, which follow the built-in ones. None is the built-in parts.
+        tool_wrappers: ``ToolWrapper``s around every call of the ``tools`` node, the
+            first outermost, all outside the built-in ones: the skill policy gate, then
+            the result offloader. So a wrapper sees each call before the policy refuses
+            it, and the result as the model will see it (a stub once offloaded).
         token_counter: Counts the tokens of a list of messages (e.g.
             ``count_tokens_approximately``) for every window and budget decision: the
             triggers, the summary chunks, the memory budget, the result offloading and
             the ``memory_search`` result cap. None counts with the offline tiktoken
             encoding.
-        tool_wrappers: ``ToolWrapper``s around every call of the ``tools`` node, the
-            first outermost, all outside the built-in ones: the skill policy gate, then
-            the result offloader. So a wrapper sees each call before the policy refuses
-            it, and the result as the model will see it (a stub once offloaded).
-        ranker: Orders ``memory_search`` results and the memory view's matches (see
-            ``ctxgraph.store.memory.ranking.Ranker``); None keeps ``final_score``.
+        compaction_queue: Receives the background compaction jobs of async runs (on a
+            LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker``
+            runs); without it a job is a daemon thread of the process.
+        **deprecated: ``summary_prompt``, ``extraction_prompt``, ``ranker`` and
+            ``subagents`` still work for one release, with a ``DeprecationWarning``
+            naming the part that takes each now.
 
     Returns:
         The ``StateGraph`` builder, not compiled.
 
     Raises:
-        PromptTemplateError: ``summary_prompt`` or ``extraction_prompt`` cannot be filled.
-        TypeError: ``token_counter``, ``ranker`` or a tool wrapper has the wrong shape.
-        ValueError: Two tools share a name.
+        PromptTemplateError: A summary or extraction prompt cannot be filled.
+        TypeError: ``token_counter``, a ranker or a tool wrapper has the wrong shape, or
+            an unknown keyword was given.
+        ValueError: Two tools share a name, or two parts are of one built-in kind.
         SettingsError: The settings are invalid together.
 
     """
+    resolved = GraphParts.resolve(parts, old_keywords(deprecated, PART_KEYWORDS, "create_builder"))
     settings = settings or Settings()
     extensions = Extensions.checked(
-        summary_prompt=summary_prompt,
-        extraction_prompt=extraction_prompt,
+        summary_prompt=resolved.compaction.summary_prompt,
+        extraction_prompt=resolved.memory.extraction_prompt,
         token_counter=token_counter,
         tool_wrappers=tool_wrappers,
-        ranker=ranker,
+        ranker=resolved.memory.ranker,
     )
     with_loading = settings.memory_mode != "off"
-    parts = _Parts(models, tools, settings, subagents, extensions)
-    all_tools, requests, skills, delegation = (
-        parts.tools,
-        parts.requests,
-        parts.skills,
-        parts.delegation,
+    graph_parts = _Parts(models, tools, settings, resolved, extensions)
+    all_tools, requests, delegation = (
+        graph_parts.tools,
+        graph_parts.requests,
+        graph_parts.delegation,
     )
-    model = ModelNode(
-        models.main, all_tools, settings, requests, skills, delegates=delegation is not None
-    )
+    model = ModelNode(models.main, all_tools, settings, requests, graph_parts.parts)
     compact = CompactNode(
         models,
         requests,
         settings,
-        parts.counter,
+        graph_parts.counter,
         head=head,
         queue=compaction_queue,
         summary_prompt=extensions.summary_prompt,
@@ -147,7 +145,7 @@ def create_builder(
     )
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(all_tools, parts.wrappers(models, settings)))
+    builder.add_node("tools", tools_node(all_tools, graph_parts.wrappers()))
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
     if with_memory:
@@ -155,8 +153,8 @@ def create_builder(
             models,
             compact.planner,
             settings,
-            extraction_prompt=extraction_prompt,
-            repositories=parts.repositories,
+            extraction_prompt=extensions.extraction_prompt,
+            repositories=graph_parts.repositories,
         )
         builder.add_node("flush", _node(memory.flush, memory.aflush, name="flush"))
         builder.add_node(
@@ -171,7 +169,9 @@ def create_builder(
     }
     finish = "extract_memory" if with_memory else END
     if with_loading:
-        loader = MemoryLoader(settings, repositories=parts.repositories, counter=parts.counter)
+        loader = MemoryLoader(
+            settings, repositories=graph_parts.repositories, counter=graph_parts.counter
+        )
         builder.add_node("load_memory", _node(loader.load, loader.aload, name="load_memory"))
         builder.add_edge(START, "load_memory")
         builder.add_conditional_edges("load_memory", compact.route, before_model)
@@ -197,40 +197,42 @@ def create_builder(
 
 
 def graph_tools(
-    tools: Sequence[BaseTool],
+    tools: Sequence[BaseTool], settings: Settings, skills: SkillSources | None
+) -> list[BaseTool]:
+    """Every tool a graph of ``tools`` and ``settings`` may bind, in binding order.
+
+    ``tools``, the skill tools (given ``skills``), ``read_history``, the artifact readers,
+    and ``memory_search`` unless ``settings.memory_mode`` is off. A request binds a gated
+    tool only once it can help (``ctxgraph.nodes.tools.binding``).
+    """
+    chosen = built_in_parts(settings, skills=skills)
+    return part_tools(chosen, PartSetup(None, settings, TokenCounter(), tuple(tools)))
+
+
+def built_in_parts(
     settings: Settings,
-    skills: SkillSources | None,
     *,
-    parts: _Parts | None = None,
-) -> list[BaseTool]:
-    """Every tool the graph may bind, in binding order.
+    task: BaseTool | None = None,
+    skills: SkillSources | None = None,
+    compaction: CompactionPart | None = None,
+    memory: MemoryPart | None = None,
+) -> list[Part]:
+    """The built-in parts of a graph, in binding order.
 
-    ``tools``, the skill tools (given ``skills``), the built-in readers, and
-    ``memory_search`` unless ``settings.memory_mode`` is off; that one searches through
-    the repositories and counts with the counter of ``parts`` when given. A request binds
-    the built-in readers and ``memory_search`` only once they can help
-    (``ctxgraph.nodes.tools.binding``).
+    Subagents, skills (with skill sources), compaction, offloading, memory.
     """
-    skill_tools = SkillTools(skills, settings).tools() if skills is not None else []
-    return _with_builtin_tools([*tools, *skill_tools], settings, parts)
+    chosen: list[Part] = [SubagentsPart(task=task)]
+    if skills is not None:
+        chosen.append(SkillsPart(skills))
+    elif has_sources(settings):
+        chosen.append(SkillsPart())
+    chosen += [compaction or CompactionPart(), OffloadPart(), memory or MemoryPart()]
+    return chosen
 
 
-def _with_builtin_tools(
-    tools: Sequence[BaseTool], settings: Settings, parts: _Parts | None
-) -> list[BaseTool]:
-    """The caller's tools plus the built-in readers (and ``memory_search``); names are unique.
-
-    The readers are ``read_history`` (archived messages) and ``read_artifact`` and
-    ``grep_artifact`` (offloaded content).
-    """
-    all_tools = [*tools, read_history_tool(), read_artifact_tool(), grep_artifact_tool()]
-    if settings.memory_mode != "off":
-        if parts is None:
-            all_tools.append(memory_search_tool(settings))
-        else:
-            all_tools.append(
-                memory_search_tool(settings, repositories=parts.repositories, counter=parts.counter)
-            )
+def part_tools(parts: Sequence[Part], setup: PartSetup) -> list[BaseTool]:
+    """The caller's tools (``setup.tools``) and then each part's; names are unique."""
+    all_tools = [*setup.tools, *(tool for part in parts for tool in part.tools(setup))]
     names = [t.name for t in all_tools]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -239,52 +241,51 @@ def _with_builtin_tools(
 
 
 class _Parts:
-    """The tools, counter, repositories and request builder a graph of these arguments has."""
+    """The parts, tools, counter, repositories and request builder of a graph."""
 
     def __init__(
         self,
         models: Models,
         tools: Sequence[BaseTool],
         settings: Settings,
-        subagents: Sequence[SubagentSpec] | bool,
+        resolved: GraphParts,
         extensions: Extensions,
     ) -> None:
         self.extensions = extensions
         self.counter = extensions.counter()
         """The graph's one token counter: the requests, compaction, memory and offloading."""
-        self.repositories: RepositoryFactory = extensions.repositories(settings)
+        self.delegation = build_delegation(resolved.specs, models.main, tools, settings)
+        self.repositories: RepositoryFactory = resolved.memory.repositories(settings)
         """The memory repositories of the view and ``memory_search``, with the ranker."""
-        self.skills = SkillSources() if has_sources(settings) else None
-        self.delegation = build_delegation(subagents, models.main, tools, settings)
-        own_tools = [*tools, self.delegation.tool] if self.delegation else list(tools)
-        self.tools = graph_tools(own_tools, settings, self.skills, parts=self)
-        skill_requests = None
-        if self.skills is not None:
-            main = models.main
-            skill_requests = SkillRequests(
-                self.skills,
-                [t.name for t in self.tools],
-                lambda run: input_window(main, run.context_window),
-                self.counter.count_text,
-            )
+        chosen = [
+            SubagentsPart(resolved.specs, task=self.delegation.tool if self.delegation else None),
+            *([resolved.skills or SkillsPart()] if has_sources(settings) else []),
+            resolved.compaction,
+            resolved.offload,
+            resolved.memory,
+            *resolved.extra,
+        ]
+        self.tools = part_tools(chosen, PartSetup(models, settings, self.counter, tuple(tools)))
+        self.setup = PartSetup(models, settings, self.counter, tuple(self.tools))
+        self.parts = [part.prepared(self.setup) for part in chosen]
         self.requests = RequestBuilder(
-            self.tools, self.counter, skill_requests, model=model_name(models.main)
+            self.tools, self.counter, model=model_name(models.main), parts=self.parts
         )
 
-    def wrappers(self, models: Models, settings: Settings) -> list[ToolWrapper]:
+    def wrappers(self) -> list[ToolWrapper]:
         """The tools node's wrappers, the first outermost.
 
-        The caller's ``tool_wrappers`` in their order, then the skill policy gate (with
-        skill sources), then the gate answering calls of built-in tools not bound for the
-        state, then the result offloader, innermost, next to the tool.
+        The caller's ``tool_wrappers`` in their order, then the parts' gates (the skill
+        policy gate), then the gate answering calls of gated tools not bound for the
+        state, then the parts' wrappers (the result offloader), innermost, next to the tool.
         """
-        wrappers: list[ToolWrapper] = [*self.extensions.tool_wrappers]
-        if self.skills is not None:
-            names = [t.name for t in self.tools]
-            wrappers.append(SkillPolicyGate(self.skills, settings, names))
-        wrappers.append(UnboundToolGate(settings))
-        wrappers.append(ResultOffloader(models.main, settings, counter=self.counter))
-        return wrappers
+        setup = self.setup
+        return [
+            *self.extensions.tool_wrappers,
+            *(gate for part in self.parts for gate in part.gates(setup)),
+            UnboundToolGate(setup.settings, self.tools),
+            *(wrapper for part in self.parts for wrapper in part.wrappers(setup)),
+        ]
 
 
 def compaction_node(
@@ -304,7 +305,8 @@ def compaction_node(
     """
     settings = settings or Settings()
     extensions = Extensions.checked(summary_prompt=summary_prompt, token_counter=token_counter)
-    parts = _Parts(models, tools, settings, subagents, extensions)
+    resolved = GraphParts.resolve([CompactionPart(summary_prompt), SubagentsPart(subagents)], {})
+    parts = _Parts(models, tools, settings, resolved, extensions)
     return CompactNode(
         models, parts.requests, settings, parts.counter, summary_prompt=summary_prompt
     )
@@ -317,19 +319,15 @@ def build_graph(
     models: Models | None = None,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
-    summary_prompt: str | None = None,
-    extraction_prompt: str | None = None,
-    token_counter: MessageCount | None = None,
-    tool_wrappers: Sequence[ToolWrapper] = (),
-    ranker: Ranker | None = None,
-    subagents: Sequence[SubagentSpec] | bool = (),
-    compaction_queue: JobQueue | None = None,
+    parts: Sequence[Part] | None = None,
+    **deprecated: Any,
 ) -> Graph:
     """Build and compile the graph, with input checks attached.
 
     A ``checkpointer`` needs a ``store`` too (see ``compile_graph``); with neither, the
     graph gets both from a LangGraph server or from a parent graph at run time. To run
-    inside a parent graph, use ``ctxgraph.graph.as_subgraph``.
+    inside a parent graph, use ``ctxgraph.graph.as_subgraph``. To build the workers with
+    the same seams, use ``ctxgraph.CtxGraph``.
 
     Args:
         checkpointer: Any LangGraph checkpointer; the threads' state lives there.
@@ -339,15 +337,12 @@ def build_graph(
             (``Models.from_env(os.environ)``).
         tools: The caller's tools.
         settings: The graph's settings (None is ``Settings()``).
-        subagents: Subagents for the ``task`` tool, as at ``create_builder``.
-        compaction_queue: Where background compaction jobs go, as at ``create_builder``.
-        summary_prompt: Replaces ``SUMMARY_PROMPT``, as at ``create_builder``.
-        extraction_prompt: Replaces ``EXTRACTION_PROMPT``, as at ``create_builder``.
-        token_counter: Counts the tokens of a list of messages, as at ``create_builder``.
-        tool_wrappers: Wrap every tool call outside the built-in wrappers, the first
-            outermost, as at ``create_builder``.
-        ranker: Orders memory search results and the memory view, as at
-            ``create_builder``.
+        parts: Parts replacing the built-in ones of their kind, and the caller's own, as
+            at ``create_builder``.
+        **deprecated: The keywords ``build_graph`` took before (``summary_prompt``,
+            ``extraction_prompt``, ``ranker``, ``subagents``, ``token_counter``,
+            ``tool_wrappers``, ``compaction_queue``) still work for one release, with a
+            ``DeprecationWarning`` naming the replacement of each.
 
     Returns:
         The compiled graph; run it with ``context=Context(user_id=...)``. With the default
@@ -358,23 +353,23 @@ def build_graph(
     Raises:
         ValueError: A ``checkpointer`` without a ``store``, or two tools share a name.
         ModelConfigError: ``models=None`` and the environment configures no usable model.
-        PromptTemplateError: ``summary_prompt`` or ``extraction_prompt`` cannot be filled.
-        TypeError: ``token_counter``, ``ranker`` or a tool wrapper has the wrong shape.
+        PromptTemplateError: A summary or extraction prompt cannot be filled.
+        TypeError: A token counter, ranker or tool wrapper has the wrong shape, or an
+            unknown keyword was given.
 
     """
+    old = old_keywords(deprecated, {**PART_KEYWORDS, **ROOT_KEYWORDS}, "build_graph")
     check_persistence(checkpointer, store)
+    resolved = GraphParts.resolve(parts, {k: v for k, v in old.items() if k in PART_KEYWORDS})
     builder = create_builder(
         models=models if models is not None else Models.from_env(os.environ),
         tools=tools,
         settings=settings,
         head=checkpoint_head(checkpointer),
-        subagents=subagents,
-        compaction_queue=compaction_queue,
-        summary_prompt=summary_prompt,
-        extraction_prompt=extraction_prompt,
-        token_counter=token_counter,
-        tool_wrappers=tool_wrappers,
-        ranker=ranker,
+        parts=resolved.all,
+        tool_wrappers=old.get("tool_wrappers", ()),
+        token_counter=old.get("token_counter"),
+        compaction_queue=old.get("compaction_queue"),
     )
     return compile_graph(builder, checkpointer=checkpointer, store=store)
 

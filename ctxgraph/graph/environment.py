@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from ctxgraph.graph.builder import Graph, build_graph
+from ctxgraph.graph.builder import Graph, check_persistence, compile_graph, create_builder
 from ctxgraph.graph.demo import demo_tools
 from ctxgraph.graph.subagent_files import SubagentFileError, read_subagent_specs
+from ctxgraph.nodes.compaction.commit import checkpoint_head
 from ctxgraph.nodes.compaction.job_queue import JobQueue
+from ctxgraph.nodes.part import Part
+from ctxgraph.nodes.parts import SubagentsPart
 from ctxgraph.state.models import SCRIPTED_MODEL_NAME, Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
@@ -57,8 +61,14 @@ class EnvironmentConfig:
         checkpointer: BaseCheckpointSaver[str] | None = None,
         store: BaseStore | None = None,
         compaction_queue: JobQueue | None = None,
+        parts: Sequence[Part] = (),
+        **seams: Any,
     ) -> Graph:
-        """Compile the graph with this configuration, the given persistence and job queue."""
+        """Compile the graph with this configuration, the given persistence and job queue.
+
+        ``parts`` join the configured subagents' part (a ``SubagentsPart`` among them
+        wins); ``seams`` are ``create_builder``'s ``tool_wrappers`` and ``token_counter``.
+        """
         return build_graph(
             checkpointer=checkpointer,
             store=store,
@@ -67,7 +77,42 @@ class EnvironmentConfig:
             settings=self.settings,
             subagents=self.subagents,
             compaction_queue=compaction_queue,
+            parts=parts,
+            **seams,
         )
+
+
+def build_graph(
+    *,
+    checkpointer: BaseCheckpointSaver[str] | None,
+    store: BaseStore | None,
+    models: Models,
+    tools: Sequence[BaseTool],
+    settings: Settings,
+    subagents: Sequence[SubagentSpec],
+    compaction_queue: JobQueue | None = None,
+    parts: Sequence[Part] = (),
+    **seams: Any,
+) -> Graph:
+    """The agent of one environment's configuration: its subagents join ``parts``.
+
+    A ``SubagentsPart`` among ``parts`` wins over ``subagents``; ``seams`` are
+    ``create_builder``'s ``tool_wrappers`` and ``token_counter``.
+    """
+    check_persistence(checkpointer, store)
+    chosen = list(parts)
+    if not any(isinstance(part, SubagentsPart) for part in chosen):
+        chosen.insert(0, SubagentsPart(subagents))
+    builder = create_builder(
+        models=models,
+        tools=tools,
+        settings=settings,
+        head=checkpoint_head(checkpointer),
+        parts=chosen,
+        compaction_queue=compaction_queue,
+        **seams,
+    )
+    return compile_graph(builder, checkpointer=checkpointer, store=store)
 
 
 def _subagents(environ: Mapping[str, str], tools: tuple[BaseTool, ...]) -> tuple[SubagentSpec, ...]:

@@ -66,18 +66,7 @@ class Extensions:
                 "ranker must be a callable (sources, top_k, now, age_from, *, query) -> "
                 f"list[Fact] (see ctxgraph.store.memory.ranking.Ranker), got {ranker!r}"
             )
-        if callable(getattr(tool_wrappers, "wrap", None)):
-            raise TypeError(f"tool_wrappers takes a sequence, e.g. [{tool_wrappers!r}]")
-        wrappers = tuple(tool_wrappers)
-        for index, wrapper in enumerate(wrappers):
-            missing = [
-                name for name in ("wrap", "awrap") if not callable(getattr(wrapper, name, None))
-            ]
-            if missing:
-                raise TypeError(
-                    f"tool_wrappers[{index}] ({wrapper!r}) is not a ToolWrapper: it lacks "
-                    f"{' and '.join(missing)} (see ctxgraph.nodes.tools.wrappers.ToolWrapper)"
-                )
+        wrappers = checked_wrappers(tool_wrappers)
         return cls(summary_prompt, extraction_prompt, token_counter, wrappers, ranker)
 
     def counter(self) -> TokenCounter:
@@ -87,3 +76,23 @@ class Extensions:
     def repositories(self, settings: Settings) -> RepositoryFactory:
         """The factory of the graph's memory repositories, with its ranker and settings."""
         return RepositoryFactory(ranker=self.ranker, settings=settings)
+
+
+def checked_wrappers(tool_wrappers: Sequence[ToolWrapper]) -> tuple[ToolWrapper, ...]:
+    """``tool_wrappers`` as a tuple, each checked to have ``wrap`` and ``awrap``.
+
+    Raises:
+        TypeError: ``tool_wrappers`` is one wrapper, not a sequence, or one lacks a method.
+
+    """
+    if callable(getattr(tool_wrappers, "wrap", None)):
+        raise TypeError(f"tool_wrappers takes a sequence, e.g. [{tool_wrappers!r}]")
+    wrappers = tuple(tool_wrappers)
+    for index, wrapper in enumerate(wrappers):
+        missing = [name for name in ("wrap", "awrap") if not callable(getattr(wrapper, name, None))]
+        if missing:
+            raise TypeError(
+                f"tool_wrappers[{index}] ({wrapper!r}) is not a ToolWrapper: it lacks "
+                f"{' and '.join(missing)} (see ctxgraph.ToolWrapper)"
+            )
+    return wrappers

@@ -1,95 +1,31 @@
-"""A one-node graph that runs queued memory extractions, for a server to schedule.
+"""The ``memory_worker`` graph ``langgraph.json`` serves: the one root's memory worker.
 
 It processes the items ``memory_extraction="deferred"`` leaves, and those a background
-extraction left queued when its process stopped.
+extraction left queued when its process stopped, with the root's extraction prompt,
+ranker and token counter (see ``memory_worker_graph``).
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any, TypedDict
+from ctxgraph.graph.memory_worker_graph import (
+    WorkerGraph,
+    WorkerInput,
+    WorkerOutput,
+    WorkerState,
+    WorkerStoreError,
+    build_worker_graph,
+)
+from ctxgraph.graph.served import ROOT
 
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.runtime import Runtime
-from langgraph.store.base import BaseStore
+__all__ = [
+    "WorkerGraph",
+    "WorkerInput",
+    "WorkerOutput",
+    "WorkerState",
+    "WorkerStoreError",
+    "build_worker_graph",
+    "graph",
+]
 
-from ctxgraph.nodes.memory.extract import MemoryExtractor
-from ctxgraph.nodes.memory.worker import process_pending, processed_usage
-from ctxgraph.state.models import Models
-from ctxgraph.state.settings import Settings
-from ctxgraph.state.usage import UsageTotals
-
-
-class WorkerStoreError(RuntimeError):
-    """The worker graph ran without a Store, so there is no queue to process."""
-
-
-class WorkerInput(TypedDict, total=False):
-    """Input of a worker run: ``force`` ignores the quiet period."""
-
-    force: bool
-
-
-class WorkerOutput(TypedDict, total=False):
-    """What a worker run did: items processed, their threads, facts stored, model usage."""
-
-    processed: int
-    threads: list[str]
-    stored: int
-    model_usage: UsageTotals
-    """The memory model's tokens over the processed items (per role, as a thread keeps)."""
-
-
-class WorkerState(WorkerInput, WorkerOutput, total=False):
-    """Input and output of the worker graph in one state."""
-
-
-WorkerGraph = CompiledStateGraph[WorkerState, None, WorkerInput, WorkerOutput]
-
-
-def build_worker_graph(
-    models: Models | None = None,
-    settings: Settings | None = None,
-    *,
-    store: BaseStore | None = None,
-) -> WorkerGraph:
-    """Compile the worker graph, on ``store`` when given (a LangGraph server injects its own).
-
-    ``models`` and ``settings`` default to the environment, read when a run starts (not
-    when the graph is built), so a server can load the graph before a model is configured;
-    such a run then fails with the one-line ``ModelConfigError`` message.
-    """
-
-    def process(state: WorkerState, runtime: Runtime[Any]) -> WorkerOutput:
-        """Run the due pending extractions (all of them with ``force``) on the run's Store."""
-        store = runtime.store
-        if store is None:
-            raise WorkerStoreError(
-                "the memory worker needs a Store: compile it with store=... or run it on a "
-                "LangGraph server, which provides one"
-            )
-        chosen_models = models if models is not None else Models.from_env(os.environ)
-        chosen_settings = settings if settings is not None else Settings.from_env(os.environ)
-        done = process_pending(
-            store,
-            MemoryExtractor(chosen_models.memory_model),
-            threshold=chosen_settings.confidence_threshold,
-            quiet_seconds=0.0 if state.get("force") else chosen_settings.memory_quiet_seconds,
-        )
-        return {
-            "processed": len(done),
-            "threads": [item.thread_id for item, _ in done],
-            "stored": sum(len(result.stored) for _, result in done),
-            "model_usage": processed_usage(done),
-        }
-
-    builder = StateGraph(WorkerState, input_schema=WorkerInput, output_schema=WorkerOutput)
-    builder.add_node("process", process)
-    builder.add_edge(START, "process")
-    builder.add_edge("process", END)
-    return builder.compile(store=store, name="memory_worker")
-
-
-graph = build_worker_graph()
+graph = ROOT.memory_worker()
 """The worker graph ``langgraph.json`` serves as ``memory_worker``; the server injects the Store."""

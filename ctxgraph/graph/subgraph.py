@@ -33,13 +33,13 @@ from langgraph.types import StateSnapshot
 
 from ctxgraph.graph.builder import Graph, create_builder
 from ctxgraph.graph.input_check import attach_input_check
+from ctxgraph.graph.seams import PART_KEYWORDS, GraphParts, old_keywords
+from ctxgraph.nodes.part import Part
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.graph_state import InputState
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.subagents import SubagentSpec
 from ctxgraph.state.tokens import MessageCount
-from ctxgraph.store.memory.ranking import Ranker
 
 SubgraphNode = RunnableLambda[Any, dict[str, list[BaseMessage]]]
 """The node ``as_subgraph`` returns: parent state in, a ``messages`` update out."""
@@ -55,12 +55,10 @@ def as_subgraph(
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
     name: str = "ctxgraph",
-    summary_prompt: str | None = None,
-    extraction_prompt: str | None = None,
+    parts: Sequence[Part] | None = None,
     token_counter: MessageCount | None = None,
     tool_wrappers: Sequence[ToolWrapper] = (),
-    ranker: Ranker | None = None,
-    subagents: Sequence[SubagentSpec] | bool = (),
+    **deprecated: Any,
 ) -> SubgraphNode:
     """Return ctxgraph as a node for a parent graph with ``add_messages`` ``messages``.
 
@@ -74,13 +72,14 @@ def as_subgraph(
         settings: The child graph's settings (None is ``Settings()``).
         name: Names the node's runs in traces; the checkpoint namespace is the node name
             given to ``add_node``.
-        subagents: Adds the ``task`` tool, as in ``build_graph``.
-        summary_prompt: Replaces ``SUMMARY_PROMPT``, as in ``build_graph``.
-        extraction_prompt: Replaces ``EXTRACTION_PROMPT``, as in ``build_graph``.
-        token_counter: Counts the tokens of a list of messages, as in ``build_graph``.
+        parts: Parts replacing the built-in ones of their kind, and the caller's own, as
+            in ``create_builder``.
+        token_counter: Counts the tokens of a list of messages, as in ``create_builder``.
         tool_wrappers: Wrap every tool call of the child, the first outermost, as in
-            ``build_graph``.
-        ranker: Orders memory search results and the memory view, as in ``build_graph``.
+            ``create_builder``.
+        **deprecated: ``summary_prompt``, ``extraction_prompt``, ``ranker`` and
+            ``subagents`` still work for one release, with a ``DeprecationWarning``
+            naming the part that takes each now.
 
     Returns:
         A runnable node (sync and async) taking the parent's state and returning its
@@ -88,20 +87,18 @@ def as_subgraph(
 
     Raises:
         ModelConfigError: ``models=None`` and the environment configures no usable model.
-        PromptTemplateError: ``summary_prompt`` or ``extraction_prompt`` cannot be filled.
-        TypeError: ``token_counter``, ``ranker`` or a tool wrapper has the wrong shape.
+        PromptTemplateError: A summary or extraction prompt cannot be filled.
+        TypeError: ``token_counter``, a ranker or a tool wrapper has the wrong shape.
 
     """
+    old = old_keywords(deprecated, PART_KEYWORDS, "as_subgraph")
     child = compile_child(
         models=models,
         tools=tools,
         settings=settings,
-        subagents=subagents,
-        summary_prompt=summary_prompt,
-        extraction_prompt=extraction_prompt,
+        parts=GraphParts.resolve(parts, old).all,
         token_counter=token_counter,
         tool_wrappers=tool_wrappers,
-        ranker=ranker,
     )
 
     def run(state: Any, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
@@ -118,12 +115,9 @@ def compile_child(
     models: Models | None = None,
     tools: Sequence[BaseTool] = (),
     settings: Settings | None = None,
-    summary_prompt: str | None = None,
-    extraction_prompt: str | None = None,
+    parts: Sequence[Part] | None = None,
     token_counter: MessageCount | None = None,
     tool_wrappers: Sequence[ToolWrapper] = (),
-    ranker: Ranker | None = None,
-    subagents: Sequence[SubagentSpec] | bool = (),
 ) -> Graph:
     """The ctxgraph graph compiled to keep its own state under a parent's checkpointer.
 
@@ -133,12 +127,9 @@ def compile_child(
         models=models if models is not None else Models.from_env(os.environ),
         tools=tools,
         settings=settings,
-        subagents=subagents,
-        summary_prompt=summary_prompt,
-        extraction_prompt=extraction_prompt,
+        parts=parts,
         token_counter=token_counter,
         tool_wrappers=tool_wrappers,
-        ranker=ranker,
     )
     child = builder.compile(checkpointer=True, name="ctxgraph")
     attach_input_check(child)

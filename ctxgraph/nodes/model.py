@@ -17,13 +17,9 @@ from langgraph.runtime import Runtime
 
 from ctxgraph.nodes.cache_markers import accepts_cache_control, with_cache_marker
 from ctxgraph.nodes.invalid_calls import with_cut_off_calls_invalid, with_invalid_call_ids
-from ctxgraph.nodes.offload.unlocks import unlock_update
-from ctxgraph.nodes.request import Request, RequestBuilder
+from ctxgraph.nodes.part import BeforeModel, Part
+from ctxgraph.nodes.request import Request, RequestAssembler
 from ctxgraph.nodes.settings import effective_settings
-from ctxgraph.nodes.skills.record import activation
-from ctxgraph.nodes.skills.slash import first_call_of_turn, slash_command, unknown_skill_reply
-from ctxgraph.nodes.skills.sources import SkillSources, has_sources
-from ctxgraph.nodes.subagents.record import model_update, with_abandoned
 from ctxgraph.nodes.text_tool_calls import (
     TextToolCallMode,
     read_text_tool_calls,
@@ -32,15 +28,12 @@ from ctxgraph.nodes.text_tool_calls import (
 from ctxgraph.nodes.tools.binding import ToolBinding
 from ctxgraph.state.calibration import TokenCalibration, calibrated, reported_input_tokens
 from ctxgraph.state.context import Context, require_context
-from ctxgraph.state.delegations import DelegationEntry
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import sanitized_message
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.usage import call_usage, usage_update
-from ctxgraph.store.skills import EMPTY_SNAPSHOT, SkillSnapshot, unknown_tools
 
-logger = logging.getLogger("ctxgraph.skills")
 cache_logger = logging.getLogger("ctxgraph.cache")
 
 
@@ -55,8 +48,8 @@ class _Call:
     bound: Runnable[LanguageModelInput, BaseMessage]
     request: list[BaseMessage]
     extra: dict[str, Any]
-    abandoned: list[DelegationEntry]
-    """Delegations left running by an earlier run, marked cancelled for this call."""
+    carries: tuple[Any, ...]
+    """What each part's ``before_model`` handed on to its ``after_reply``."""
     calibration: TokenCalibration | None = None
     """The thread's token calibration before this call."""
     tool_names: frozenset[str] = frozenset()
@@ -66,11 +59,11 @@ class _Call:
 
 
 class ModelNode:
-    """Calls the main model with the assembled request and the tools the policy allows.
+    """Calls the main model with the assembled request and the tools the parts allow.
 
-    Before each call it reads the skill sources again (cheap when nothing changed), so a
-    skill added, edited or removed between turns shows in the next request. A run whose
-    user message starts with an unknown ``/name`` is answered without a model call.
+    Before each call every part's ``before_model`` runs: it may answer the run without a
+    model call, change the state the request is built from, or add to the update. After
+    the reply each part's ``after_reply`` adds its share of the update.
     """
 
     def __init__(
@@ -78,10 +71,8 @@ class ModelNode:
         model: BaseChatModel,
         tools: Sequence[BaseTool],
         settings: Settings,
-        builder: RequestBuilder,
-        skills: SkillSources | None = None,
-        *,
-        delegates: bool = False,
+        builder: RequestAssembler,
+        parts: Sequence[Part] = (),
     ) -> None:
         self._model = model
         self._tools = list(tools)
@@ -91,9 +82,7 @@ class ModelNode:
         self._lock = threading.Lock()
         self._settings = settings
         self._builder = builder
-        self._skills = skills
-        self._checked_digest = ""
-        self._delegates = delegates
+        self._parts = tuple(parts)
 
     def _checked_request(self, state: AgentState, settings: Settings) -> list[BaseMessage]:
         request = self._builder.build(state, settings)
@@ -112,8 +101,8 @@ class ModelNode:
         """The model with the tools ``names`` bound, bound once per distinct set.
 
         ``names`` are those the request was measured with (``Request.tool_names``): the
-        caller's tools always, the built-in readers once they can help (``ToolBinding``),
-        within the skills' policy unless it is advisory.
+        caller's tools always, a gated tool once it can help (``ToolBinding``), within
+        the parts' tool filter.
         """
         with self._lock:
             bound = self._bound.get(names)
@@ -133,10 +122,8 @@ class ModelNode:
         cut off at the output limit count as invalid too, and every invalid call gets an
         id, so its error result can answer it. NUL and lone
         surrogates anywhere in the answer become U+FFFD, so every store can hold it
-        (``sanitized_message``). In a graph with
-        subagents, the answer's ``task`` calls enter the delegation record as running.
-        An answer that reports its input tokens updates ``token_calibration``. Where the
-        request placed the memory view is kept in ``memory_placement``. What the call
+        (``sanitized_message``). Each part adds its share (``Part.after_reply``). An
+        answer that reports its input tokens updates ``token_calibration``. What the call
         cost (reported, else counted locally) is added to ``model_usage`` as ``main``.
         """
         if not isinstance(reply, AIMessage):
@@ -144,13 +131,12 @@ class ModelNode:
         reply = self._with_text_calls(reply, call)
         answer = sanitized_message(with_invalid_call_ids(with_cut_off_calls_invalid(reply)))
         extra = call.extra
-        if self._delegates:
-            extra = {**extra, **model_update(answer, call.abandoned)}
+        placement = call.request.placement if isinstance(call.request, Request) else None
+        for part, carry in zip(self._parts, call.carries, strict=True):
+            extra = {**extra, **part.after_reply(answer, placement, carry)}
         calibration = self._calibration(answer, call)
         if calibration is not None:
             extra = {**extra, "token_calibration": calibration}
-        if isinstance(call.request, Request) and call.request.placement is not None:
-            extra = {**extra, "memory_placement": call.request.placement}
         builder = self._builder
         usage = call_usage(
             "main",
@@ -180,59 +166,31 @@ class ModelNode:
         local = self._builder.local_tokens(call.request)
         return calibrated(call.calibration, model, local, reported)
 
-    def _slash(
-        self, state: AgentState, settings: Settings, snapshot: SkillSnapshot
-    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """The answer to an unknown ``/name`` (no model call), and this call's extra update.
-
-        A known ``/name`` is recorded in ``skill_context`` (``source="slash"``) at the first
-        model call of its turn.
-        """
-        window = state.get("messages") or []
-        enabled = self._skills is not None and has_sources(settings)
-        command = slash_command(window) if enabled else None
-        if command is None:
-            return None, {}
-        skill = snapshot.get(command.name)
-        if skill is None:
-            return {"messages": [unknown_skill_reply(command.name, snapshot)]}, {}
-        if not first_call_of_turn(window):
-            return None, {}
-        return None, {"skill_context": activation(skill, "slash", settings)}
-
-    def _check_tools(self, snapshot: SkillSnapshot) -> None:
-        """Log each ``allowed-tools`` name no bound tool has, once per reading of the skills."""
-        if snapshot.digest != self._checked_digest:
-            self._checked_digest = snapshot.digest
-            for problem in unknown_tools(snapshot, [tool.name for tool in self._tools]):
-                logger.warning("skill %s", problem)
-
     def _settings_of(self, runtime: Runtime[Context]) -> Settings:
         return effective_settings(require_context(runtime.context), self._settings)
 
     def _prepare(
-        self, state: AgentState, settings: Settings, snapshot: SkillSnapshot
+        self, state: AgentState, settings: Settings, before: Sequence[BeforeModel]
     ) -> _Call | dict[str, Any]:
         """The call to make, or the finished update of a run that needs no model call."""
-        self._check_tools(snapshot)
-        answered, extra = self._slash(state, settings, snapshot)
-        if answered is not None:
-            return answered
-        marked: list[DelegationEntry] = []
-        if self._delegates:
-            state, marked = with_abandoned(state)
+        extra: dict[str, Any] = {}
+        for done in before:
+            if done.answer is not None:
+                return done.answer
+            if done.state is not None:
+                state = done.state
+            extra = {**extra, **done.update}
         request = self._checked_request(state, settings)
         names = request.tool_names if isinstance(request, Request) else None
         if names is None:
-            policy = self._builder.skill_parts(state, settings).policy
-            names = self._binding.names(state, settings, policy)
+            names = self._builder.bound_names(state, settings)
         bound = self._bound_for(names)
-        extra = {**extra, **unlock_update(state)}
+        extra = {**extra, **self._binding.unlock_update(state, settings)}
         return _Call(
             bound,
             request,
             extra,
-            marked,
+            tuple(done.carry for done in before),
             state.get("token_calibration"),
             tool_names=names,
             text_tool_calls=settings.text_tool_calls,
@@ -259,11 +217,34 @@ class ModelNode:
             )
         return request
 
+    def _before(self, state: AgentState, settings: Settings, store: Any) -> list[BeforeModel]:
+        """Every part's ``before_model``, each given the state the previous ones left."""
+        done: list[BeforeModel] = []
+        for part in self._parts:
+            result = part.before_model(state, settings, store)
+            done.append(result)
+            if result.answer is not None:
+                break
+            state = result.state if result.state is not None else state
+        return done
+
+    async def _abefore(
+        self, state: AgentState, settings: Settings, store: Any
+    ) -> list[BeforeModel]:
+        """Async :meth:`_before`."""
+        done: list[BeforeModel] = []
+        for part in self._parts:
+            result = await part.abefore_model(state, settings, store)
+            done.append(result)
+            if result.answer is not None:
+                break
+            state = result.state if result.state is not None else state
+        return done
+
     def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""
         settings = self._settings_of(runtime)
-        snapshot = self._skills.refresh(settings, runtime.store) if self._skills else EMPTY_SNAPSHOT
-        call = self._prepare(state, settings, snapshot)
+        call = self._prepare(state, settings, self._before(state, settings, runtime.store))
         if not isinstance(call, _Call):
             return call
         return self._update(call.bound.invoke(self._sent(call.request, settings)), call)
@@ -271,10 +252,8 @@ class ModelNode:
     async def ainvoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Asynchronous model call."""
         settings = self._settings_of(runtime)
-        snapshot = (
-            await self._skills.arefresh(settings, runtime.store) if self._skills else EMPTY_SNAPSHOT
-        )
-        call = self._prepare(state, settings, snapshot)
+        before = await self._abefore(state, settings, runtime.store)
+        call = self._prepare(state, settings, before)
         if not isinstance(call, _Call):
             return call
         return self._update(await call.bound.ainvoke(self._sent(call.request, settings)), call)

@@ -1,41 +1,26 @@
-"""Assembles the exact request the main model sees, and measures it."""
+"""Assembles the exact request the main model sees from the parts, and measures it."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AnyMessage, BaseMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
-from ctxgraph.nodes.compaction.partition import repair_tool_pairs
-from ctxgraph.nodes.compaction.render import render_summary
+from ctxgraph.nodes.gates import ToolFilter
+from ctxgraph.nodes.part import Part, TurnMessage
 from ctxgraph.nodes.request_size import RequestSize, state_key
-from ctxgraph.nodes.skills.view import NO_SKILLS, SkillParts, SkillRequests
-from ctxgraph.nodes.subagents.render import delegations_message
 from ctxgraph.nodes.tools.binding import ToolBinding, ToolTokens
 from ctxgraph.state.calibration import factor_of, scaled
-from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
 from ctxgraph.state.graph_state import AgentState
-from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY, is_real_user_message
+from ctxgraph.state.messages import is_real_user_message
 from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 
-SUMMARY_MESSAGE_ID = "ctxgraph-summary"
-MEMORY_MESSAGE_ID = "ctxgraph-memory"
 SYSTEM_PROMPT_ID = "ctxgraph-system-prompt"
-
-
-def summary_message(summary: Mapping[str, Any], version: int, ledger_tokens: int) -> HumanMessage:
-    """The summary as a data message: marked by origin, hidden from UIs, never stored."""
-    return HumanMessage(
-        content=render_summary(summary, version, ledger_tokens),
-        id=f"{SUMMARY_MESSAGE_ID}-v{version}",
-        additional_kwargs={ORIGIN_KEY: "summary", HIDE_FROM_UI_KEY: True},
-    )
 
 
 def view_digest(text: str) -> str:
@@ -43,43 +28,17 @@ def view_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def memory_message(view: str) -> HumanMessage:
-    """The memory view as a data message: marked by origin, hidden from UIs, never stored.
-
-    The id carries a digest of the text, so token counts cached per id stay right.
-    """
-    return HumanMessage(
-        content=view,
-        id=f"{MEMORY_MESSAGE_ID}-{view_digest(view)}",
-        additional_kwargs={ORIGIN_KEY: "memory", HIDE_FROM_UI_KEY: True},
-    )
-
-
 def system_message(prompt: str, listing: str) -> SystemMessage:
-    """The system rules, followed by the skill listing when there is one.
+    """The system rules, followed by the text the parts append, when there is any.
 
-    Both change only on a configuration or skill change, so they lead the request. The id
-    names the listing's digest, so token counts cached per id stay right.
+    Both change only on a configuration change, so they lead the request. The id names
+    the appended text's digest, so token counts cached per id stay right.
     """
     if not listing:
         return SystemMessage(content=prompt, id=SYSTEM_PROMPT_ID)
     return SystemMessage(
         content=f"{prompt}\n\n{listing}", id=f"{SYSTEM_PROMPT_ID}-{view_digest(listing)}"
     )
-
-
-def anchor_index(window: Sequence[BaseMessage], view: str, placed: MemoryPlacement | None) -> int:
-    """Where in ``window`` the memory view goes: the index of the message it precedes.
-
-    The previous request's spot while the view is byte-identical and that message is still
-    in the window; otherwise before the latest real user message; without one, at 0 (the
-    end of the stable part).
-    """
-    if placed and placed.get("digest") == view_digest(view) and placed.get("before"):
-        for index, message in enumerate(window):
-            if message.id == placed["before"]:
-                return index
-    return latest_user_index(window)
 
 
 def latest_user_index(window: Sequence[BaseMessage]) -> int:
@@ -94,10 +53,10 @@ class Request(list[BaseMessage]):
     """A built request, with what the model node needs to know about how it was built.
 
     ``factor`` is the calibration factor of the state it was built for:
-    ``RequestBuilder.measure`` multiplies its local count by it; a plain list of messages
-    is measured as counted locally. ``stable`` is the length of the stable part (the
-    messages before the window), ``placement`` where the memory view went (None without
-    a view).
+    ``RequestAssembler.measure`` multiplies its local count by it; a plain list of
+    messages is measured as counted locally. ``stable`` is the length of the stable part
+    (the messages before the window), ``placement`` where a part's per-turn message went,
+    as the part reports it (None when no part placed one).
     """
 
     factor: float = 1.0
@@ -136,17 +95,14 @@ class _Measured:
         )
 
 
-class RequestBuilder:
-    """Builds the request: the stable part first, then the window with the per-turn context.
+class RequestAssembler:
+    """Builds the request from the parts: the stable part first, then the window.
 
-    The stable part changes only at a compaction or a skill change: ``[system rules + skill
-    listing] + [the window's leading system messages] + [summary data] + [active skills
-    data]``; the tool schemas, bound apart, change at most a few times per thread. Then
-    the working messages, with the per-turn context (``[memory view] + [delegation
-    record]``, data messages) placed before the latest real user message (the memory view
-    stays where the previous request had it while its text is unchanged,
-    ``state["memory_placement"]``). It is the ``RequestMeasurer`` the compaction node
-    measures requests with.
+    The stable part changes only when a part's stable piece does: ``[system rules
+    + what the parts append] + [the window's leading system messages] + [the parts' stable
+    messages]``; the tool schemas, bound apart, change at most a few times per thread. Then
+    the working messages, with the parts' per-turn data messages placed in them. It is the
+    ``RequestMeasurer`` the graph's nodes measure requests with.
 
     Given the main model's name (``model``) and counting with tiktoken, it measures
     requests as the provider bills them: the local count times the thread's
@@ -158,24 +114,19 @@ class RequestBuilder:
         self,
         tools: Sequence[BaseTool],
         counter: TokenCounter,
-        skills: SkillRequests | None = None,
+        parts: Sequence[Part] = (),
         *,
         model: str | None = None,
     ) -> None:
         self._counter = counter
         self._model = model if counter.tiktoken else None
-        self._skills = skills
+        self._parts = tuple(parts)
+        self._ranked = tuple(sorted(self._parts, key=lambda part: part.rank))
         self._system_cache: tuple[tuple[str, str], SystemMessage] | None = None
         self._binding = ToolBinding(tools)
         # Schema tokens per distinct bound set, each counted once.
         self._schemas = ToolTokens(self._binding, counter.count_tools)
         self._schemas.warm(self._binding.unlock_sets())
-        # The rendered summary of the latest mark, reused by every request until it changes.
-        self._summary_cache: tuple[tuple[str, int], HumanMessage] | None = None
-        # The memory message of the latest view; a turn's requests all carry the same one.
-        self._memory_cache: tuple[str, HumanMessage] | None = None
-        # The delegation record's message, rebuilt when the record changes.
-        self._delegations_cache: tuple[str, HumanMessage | None] | None = None
         # The size of the last measured state: the router, compact and model nodes of one
         # step measure the same request.
         self._size_cache: tuple[Hashable, RequestSize] | None = None
@@ -184,9 +135,24 @@ class RequestBuilder:
         self._measured: _Measured | None = None
 
     @property
+    def parts(self) -> tuple[Part, ...]:
+        """The parts, in the order they were given."""
+        return self._parts
+
+    @property
+    def binding(self) -> ToolBinding:
+        """The graph's tools and which of them a state binds."""
+        return self._binding
+
+    @property
     def calibration_model(self) -> str | None:
         """The model name requests are calibrated for; None when nothing is calibrated."""
         return self._model
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The graph's token counter."""
+        return self._counter
 
     def factor(self, state: AgentState) -> float:
         """What local counts of ``state``'s requests are multiplied by (1.0 uncalibrated)."""
@@ -196,7 +162,7 @@ class RequestBuilder:
 
     @property
     def tool_tokens(self) -> int:
-        """Tokens of the schemas bound in every state (the caller's own tools).
+        """Tokens of the schemas bound in every state (the tools without a gate).
 
         A plain list of messages is measured with these; a built ``Request`` with the
         schemas bound for its state (``bound_tool_tokens``).
@@ -204,26 +170,20 @@ class RequestBuilder:
         return self._schemas(self._binding.always_bound())
 
     def bound_tool_tokens(self, state: AgentState, settings: Settings) -> int:
-        """Tokens of the tool schemas a request for ``state`` binds.
-
-        Those ``ToolBinding`` binds for the state, within the active skills' tool policy,
-        as ``ModelNode`` binds them.
-        """
+        """Tokens of the tool schemas a request for ``state`` binds, as ``ModelNode`` binds them."""
         return self._schemas(self.bound_names(state, settings))
 
+    def tool_filter(self, state: AgentState, settings: Settings) -> ToolFilter | None:
+        """What the parts let a request for ``state`` bind (the first part that restricts)."""
+        for part in self._parts:
+            restriction = part.tool_filter(state, settings)
+            if restriction is not None:
+                return restriction
+        return None
+
     def bound_names(self, state: AgentState, settings: Settings) -> frozenset[str]:
-        """The tools a request for ``state`` binds, within the active skills' policy."""
-        policy = self.skill_parts(state, settings).policy
-        return self._binding.names(state, settings, policy)
-
-    def _parts(self, state: AgentState, settings: Settings) -> tuple[SkillParts, frozenset[str]]:
-        """What skills add to a request for ``state``, and the tools it binds."""
-        skills = self.skill_parts(state, settings)
-        return skills, self._binding.names(state, settings, skills.policy)
-
-    def skill_parts(self, state: AgentState, settings: Settings) -> SkillParts:
-        """What skills add to the request for ``state``: listing, context and tool policy."""
-        return NO_SKILLS if self._skills is None else self._skills.parts(state, settings)
+        """The tools a request for ``state`` binds, within the parts' tool filter."""
+        return self._binding.names(state, settings, self.tool_filter(state, settings))
 
     def build(self, state: AgentState, settings: Settings) -> Request:
         """The messages the main model receives for ``state``, with its calibration factor.
@@ -231,62 +191,53 @@ class RequestBuilder:
         A pure function of ``state`` and ``settings``: the same inputs give equal messages
         (the very same data-message objects while their text is unchanged).
         """
-        return self._build(state, settings, *self._parts(state, settings))
+        return self._build(state, settings, self._stable_pieces(state, settings))
 
-    def _build(
-        self, state: AgentState, settings: Settings, skills: SkillParts, names: frozenset[str]
-    ) -> Request:
-        """``build`` with the skill parts and bound tool names already worked out."""
+    def _stable_pieces(self, state: AgentState, settings: Settings) -> _Stable:
+        appended = "\n\n".join(
+            text for part in self._parts if (text := part.system(state, settings))
+        )
+        messages = tuple(m for part in self._ranked for m in part.stable(state, settings))
+        return _Stable(appended, messages, self.bound_names(state, settings))
+
+    def _build(self, state: AgentState, settings: Settings, stable: _Stable) -> Request:
+        """``build`` with the stable pieces and bound tool names already worked out."""
         window: Sequence[AnyMessage] = state.get("messages") or []
         leading = 0
         while leading < len(window) and isinstance(window[leading], SystemMessage):
             leading += 1
-        request = Request(self._stable_part(state, settings, skills, window[:leading]))
+        system = self._system_message(settings.system_prompt, stable.appended)
+        request = Request([system, *window[:leading], *stable.messages])
         request.factor = self.factor(state)
-        request.tool_names = names
-        request.tool_tokens = self._schemas(names)
+        request.tool_names = stable.names
+        request.tool_tokens = self._schemas(stable.names)
         request.stable = len(request)
-        safe, _ = repair_tool_pairs(window[leading:])
-        request.extend(self._with_turn_context(state, request, safe))
+        working: Sequence[AnyMessage] = window[leading:]
+        for part in self._parts:
+            working = part.window(working)
+        request.extend(self._with_turn_context(state, request, working))
         return request
-
-    def _stable_part(
-        self,
-        state: AgentState,
-        settings: Settings,
-        skills: SkillParts,
-        leading: Sequence[BaseMessage],
-    ) -> list[BaseMessage]:
-        """System rules and skill listing, leading system messages, summary, active skills."""
-        system = self._system_message(settings.system_prompt, skills.listing)
-        stable: list[BaseMessage] = [system, *leading]
-        summary = state.get("summary")
-        if summary:
-            stable.append(self._summary_message(summary, state.get("compaction") or {}, settings))
-        if skills.context is not None:
-            stable.append(skills.context)
-        return stable
 
     def _with_turn_context(
         self, state: AgentState, request: Request, window: Sequence[BaseMessage]
     ) -> list[BaseMessage]:
-        """``window`` with the memory view and the delegation record placed in it.
+        """``window`` with the parts' per-turn messages placed in it.
 
-        Records the view's placement on ``request``.
+        Records the placement a part reports on ``request``.
         """
-        messages = list(window)
-        latest = latest_user_index(messages)
-        delegations = self._delegations_message(state)
-        if delegations is not None:
-            messages.insert(latest, delegations)
-        view = state.get("memory_view")
-        if view:
-            at = anchor_index(window, view, state.get("memory_placement"))
-            before = window[at].id if at < len(window) else None
-            request.placement = {"before": before, "digest": view_digest(view)}
-            # Before the delegation record when both precede the same message.
-            shift = 1 if delegations is not None and at > latest else 0
-            messages.insert(at + shift, self._memory(view))
+        placed: list[TurnMessage] = []
+        for part in self._ranked:
+            placed.extend(part.per_turn(state, window))
+            placement = part.placement(state, window)
+            if placement is not None and request.placement is None:
+                request.placement = placement
+        if not placed:
+            return list(window)
+        messages: list[BaseMessage] = []
+        for index, message in enumerate(window):
+            messages.extend(turn.message for turn in placed if turn.before == index)
+            messages.append(message)
+        messages.extend(turn.message for turn in placed if turn.before >= len(window))
         return messages
 
     def _system_message(self, prompt: str, listing: str) -> SystemMessage:
@@ -297,48 +248,20 @@ class RequestBuilder:
             self._system_cache = (key, system_message(prompt, listing))
         return self._system_cache[1]
 
-    def _delegations_message(self, state: AgentState) -> HumanMessage | None:
-        record = state.get("delegations")
-        if not record:
-            return None
-        key = repr(record)
-        if self._delegations_cache is None or self._delegations_cache[0] != key:
-            self._delegations_cache = (key, delegations_message(record))
-        return self._delegations_cache[1]
-
-    def _memory(self, view: str) -> HumanMessage:
-        if self._memory_cache is None or self._memory_cache[0] != view:
-            self._memory_cache = (view, memory_message(view))
-        return self._memory_cache[1]
-
-    def _summary_message(
-        self, summary: SummaryRecord, mark: CompactionMark, settings: Settings
-    ) -> HumanMessage:
-        checksum = mark.get("checksum")
-        key = (str(checksum), settings.ledger_budget)
-        if checksum and self._summary_cache and self._summary_cache[0] == key:
-            return self._summary_cache[1]
-        message = summary_message(summary, int(mark.get("version", 0)), settings.ledger_budget)
-        if checksum:
-            self._summary_cache = (key, message)
-        return message
-
-    def summary_tokens(self, state: AgentState, settings: Settings) -> int:
-        """Tokens of the summary message a request for ``state`` carries (0 without one)."""
-        summary = state.get("summary")
-        if not summary:
-            return 0
-        mark = state.get("compaction") or {}
-        return self._counter.count_message(self._summary_message(summary, mark, settings))
-
     def measure_state(self, state: AgentState, settings: Settings) -> RequestSize:
         """Size of the request ``build(state, settings)`` makes, cached for repeated calls."""
-        skills, tools = self._parts(state, settings)
-        context_id = None if skills.context is None else skills.context.id
-        key = (state_key(state, settings), skills.listing, context_id, self.factor(state), tools)
+        stable = self._stable_pieces(state, settings)
+        key = (
+            state_key(state, settings),
+            stable.appended,
+            tuple(m.id for m in stable.messages),
+            tuple(part.request_key(state, settings) for part in self._parts),
+            self.factor(state),
+            stable.names,
+        )
         if self._size_cache is not None and self._size_cache[0] == key:
             return self._size_cache[1]
-        size = self.measure(self._build(state, settings, skills, tools))
+        size = self.measure(self._build(state, settings, stable))
         self._size_cache = (key, size)
         return size
 
@@ -377,3 +300,12 @@ class RequestBuilder:
         tools = request.tool_tokens if isinstance(request, Request) else None
         schemas = self.tool_tokens if tools is None else tools
         return self._counter.count_messages(request) + schemas
+
+
+@dataclass(frozen=True)
+class _Stable:
+    """The stable pieces of one request: appended system text, messages, bound tools."""
+
+    appended: str
+    messages: tuple[BaseMessage, ...]
+    names: frozenset[str]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
+from ctxgraph.nodes.gates import Gate, GatedTool
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.settings import Settings
@@ -99,6 +101,24 @@ class MemorySearch:
         return visible_results(facts, settings.memory_search_max_tokens, self._counter)
 
 
+def memory_search_bound(settings: Settings) -> bool:
+    """True if the run's settings bind ``memory_search``."""
+    mode = settings.memory_mode
+    return mode == "tool" or (mode == "auto" and settings.memory_search_in_auto)
+
+
+def _not_searching(_state: Mapping[str, Any], settings: Settings) -> str | None:
+    if memory_search_bound(settings):
+        return None
+    if settings.memory_mode == "off":
+        return "long-term memory is off in this run"
+    return "in memory mode auto, what is remembered comes with the request already"
+
+
+SEARCH_GATE = Gate(when=_not_searching, always_allowed=True)
+"""``memory_search`` is bound by the run's memory mode."""
+
+
 def memory_search_tool(
     settings: Settings,
     *,
@@ -107,9 +127,10 @@ def memory_search_tool(
 ) -> BaseTool:
     """The ``memory_search`` tool bound to the main model (see ``MemorySearch``)."""
     searcher = MemorySearch(settings, repositories=repositories, counter=counter)
-    return StructuredTool.from_function(
+    return GatedTool.from_function(
         func=searcher.search,
         coroutine=searcher.asearch,
         name="memory_search",
         description=DESCRIPTION,
+        gate=SEARCH_GATE,
     )

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from langchain_core.tools import BaseTool, StructuredTool
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
+from ctxgraph.nodes.gates import Gate, GatedTool
+from ctxgraph.nodes.offload.unlocks import has_artifact
 from ctxgraph.state.context import Context
+from ctxgraph.state.settings import Settings
 from ctxgraph.store.artifacts import ArtifactStore
 
 MAX_RESULT_TOKENS = 4_000
 """The most tokens one result of these tools has (so a result is never offloaded itself)."""
 
 READ_TOOL_NAMES = frozenset({"read_artifact", "grep_artifact"})
+
+
+def _no_artifact(state: Mapping[str, Any], _settings: Settings) -> str | None:
+    if has_artifact(state):
+        return None
+    return "this thread has no offloaded content yet, so there is no artifact to read"
+
+
+ARTIFACT_GATE = Gate(when=_no_artifact, stays=True, always_allowed=True)
+"""The readers are bound together, once the thread has an artifact, and stay bound."""
 
 READ_DESCRIPTION = (
     "Read offloaded content by its `ref` (art-…) as numbered lines from `offset`; the last "
@@ -84,19 +100,21 @@ async def agrep_artifact(
 
 def read_artifact_tool() -> BaseTool:
     """The ``read_artifact`` tool object, to bind to the main model."""
-    return StructuredTool.from_function(
+    return GatedTool.from_function(
         func=read_artifact,
         coroutine=aread_artifact,
         name="read_artifact",
         description=READ_DESCRIPTION,
+        gate=ARTIFACT_GATE,
     )
 
 
 def grep_artifact_tool() -> BaseTool:
     """The ``grep_artifact`` tool object, to bind to the main model."""
-    return StructuredTool.from_function(
+    return GatedTool.from_function(
         func=grep_artifact,
         coroutine=agrep_artifact,
         name="grep_artifact",
         description=GREP_DESCRIPTION,
+        gate=ARTIFACT_GATE,
     )

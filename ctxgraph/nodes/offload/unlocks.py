@@ -3,8 +3,8 @@
 ``read_artifact`` / ``grep_artifact`` unlock once anything in the state refers to an
 artifact (an offload stub or a subagent's refs in the window, an artifact in the record's
 ledger or the delegation record), ``read_history`` once a compaction has been committed.
-``ctxgraph.nodes.tools.binding`` binds by these; the compaction planner measures the
-compacted request with them.
+The readers' gate (``read_tools.ARTIFACT_GATE``) reads ``has_artifact``; the compaction
+planner measures the compacted request with ``unlocked_tools``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from ctxgraph.nodes.gates import persisted_unlocks
 from ctxgraph.nodes.offload.refs import ledger_refs, message_refs
 from ctxgraph.state.tool_unlocks import UNLOCKED_KEY
 from ctxgraph.store.persistence.archive import committed_version
@@ -22,12 +23,6 @@ ARTIFACT_TOOLS = frozenset({"read_artifact", "grep_artifact"})
 """Bound once the thread has an artifact."""
 HISTORY_TOOL = "read_history"
 """Bound once the thread has an archive."""
-MEMORY_TOOL = "memory_search"
-"""Bound by the run's memory mode."""
-UNLOCKABLE = ARTIFACT_TOOLS | {HISTORY_TOOL}
-"""The tools a thread unlocks for good (``state["tools_unlocked"]``)."""
-GATED = UNLOCKABLE | {MEMORY_TOOL}
-"""The built-in tools bound only when they can help; every other tool is always bound."""
 
 SUBAGENT_KWARG = "subagent"
 """``additional_kwargs`` key of a ``task`` result (``nodes.subagents.result.SUBAGENT_KEY``)."""
@@ -80,19 +75,19 @@ def has_archive(state: Mapping[str, Any]) -> bool:
     return (committed_version(mark if isinstance(mark, Mapping) else None) or 0) > 0
 
 
-def persisted_unlocks(state: Mapping[str, Any]) -> frozenset[str]:
-    """The names ``state["tools_unlocked"]`` holds."""
-    return frozenset(str(name) for name in state.get(UNLOCKED_KEY) or ())
-
-
 def unlocked_tools(state: Mapping[str, Any]) -> frozenset[str]:
-    """The unlockable tools ``state`` has unlocked: kept ones, plus any it now earns."""
-    unlocked = set(persisted_unlocks(state))
-    if not unlocked >= ARTIFACT_TOOLS and has_artifact(state):
-        unlocked |= ARTIFACT_TOOLS
-    if HISTORY_TOOL not in unlocked and has_archive(state):
-        unlocked.add(HISTORY_TOOL)
-    return frozenset(unlocked & UNLOCKABLE)
+    """The tools ``state`` has unlocked: every kept one, plus the built-in readers it earns.
+
+    The kept names (``state["tools_unlocked"]``) are those of any tool that stays bound,
+    which the model node keeps as soon as the thread earns one (``ToolBinding.unlocked``).
+    """
+    kept = persisted_unlocks(state)
+    earned: set[str] = set()
+    if not kept >= ARTIFACT_TOOLS and has_artifact(state):
+        earned |= ARTIFACT_TOOLS
+    if HISTORY_TOOL not in kept and has_archive(state):
+        earned.add(HISTORY_TOOL)
+    return kept | frozenset(earned)
 
 
 def unlock_update(state: Mapping[str, Any]) -> dict[str, list[str]]:

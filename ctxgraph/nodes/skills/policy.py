@@ -29,7 +29,8 @@ ALWAYS_ALLOWED = frozenset(
         "grep_artifact",
     }
 )
-"""Tools every policy allows: they only read skills, history, memory and artifacts."""
+"""The built-in tools every policy allows (they only read skills, history, memory and
+artifacts): the default of ``exempt``; a graph passes the names its tools' gates allow."""
 
 
 @dataclass(frozen=True)
@@ -56,22 +57,25 @@ UNRESTRICTED = ToolPolicy(None, "no active skill declares allowed-tools")
 
 
 def tool_policy(
-    entries: Sequence[Mapping[str, Any]], slash: Skill | None, snapshot: SkillSnapshot
+    entries: Sequence[Mapping[str, Any]],
+    slash: Skill | None,
+    snapshot: SkillSnapshot,
+    exempt: frozenset[str] = ALWAYS_ALLOWED,
 ) -> ToolPolicy:
     """The policy for a request, from the active skills and the run's slash skill.
 
     A skill activated with ``/name`` in this run decides alone; otherwise the union of the
     ``allowed-tools`` of the active skills that declare it, and no restriction when none
-    does. The always-allowed readers join any restricted set. When a configured skill
-    source cannot be read, only the always-allowed readers remain (fail closed).
+    does. The always-allowed tools (``exempt``) join any restricted set. When a configured
+    skill source cannot be read, only the always-allowed tools remain (fail closed).
     """
     if not snapshot.readable:
-        return ToolPolicy(ALWAYS_ALLOWED, "the skill registry could not be read")
+        return ToolPolicy(exempt, "the skill registry could not be read")
     if slash is not None:
         if slash.allowed_tools is None:
             return ToolPolicy(None, f"/{slash.name} declares no allowed-tools")
         return ToolPolicy(
-            frozenset(slash.allowed_tools) | ALWAYS_ALLOWED,
+            frozenset(slash.allowed_tools) | exempt,
             f"allowed-tools of /{slash.name}, activated for this turn",
         )
     declared = [
@@ -81,7 +85,7 @@ def tool_policy(
     ]
     if not declared:
         return UNRESTRICTED
-    allowed = frozenset(name for _, names in declared for name in names) | ALWAYS_ALLOWED
+    allowed = frozenset(name for _, names in declared for name in names) | exempt
     sources = ", ".join(sorted({skill for skill, _ in declared}))
     return ToolPolicy(allowed, f"the union of allowed-tools of the active skills {sources}")
 
@@ -92,10 +96,13 @@ def slash_skill(window: Sequence[BaseMessage], snapshot: SkillSnapshot) -> Skill
     return None if command is None else snapshot.get(command.name)
 
 
-def policy_for_state(state: Mapping[str, Any], snapshot: SkillSnapshot) -> ToolPolicy:
+def policy_for_state(
+    state: Mapping[str, Any], snapshot: SkillSnapshot, exempt: frozenset[str] = ALWAYS_ALLOWED
+) -> ToolPolicy:
     """The policy of a graph state: its ``skill_context`` and its latest user message."""
     window: Sequence[BaseMessage] = state.get("messages") or []
-    return tool_policy(state.get("skill_context") or [], slash_skill(window, snapshot), snapshot)
+    entries = state.get("skill_context") or []
+    return tool_policy(entries, slash_skill(window, snapshot), snapshot, exempt)
 
 
 def refusal(request: ToolCallRequest, policy: ToolPolicy, tool_names: Collection[str]) -> str:
@@ -115,18 +122,23 @@ class SkillPolicyGate(RefusalGate):
     """
 
     def __init__(
-        self, sources: SkillSources, settings: Settings, tool_names: Collection[str]
+        self,
+        sources: SkillSources,
+        settings: Settings,
+        tool_names: Collection[str],
+        exempt: frozenset[str] = ALWAYS_ALLOWED,
     ) -> None:
         self._sources = sources
         self._settings = settings
         self._tool_names = frozenset(tool_names)
+        self._exempt = exempt
 
     def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
         state = request.state
         if not isinstance(state, Mapping):
             return None
         settings = settings_for(request.runtime.context, self._settings)
-        policy = policy_for_state(state, self._sources.current(settings))
+        policy = policy_for_state(state, self._sources.current(settings), self._exempt)
         name = request.tool_call["name"]
         if policy.permits(name):
             return None

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 from langgraph.types import Command
 
+from ctxgraph.nodes.gates import ALWAYS_BOUND_ALLOWED, GatedTool
 from ctxgraph.nodes.settings import settings_for
 from ctxgraph.nodes.skills.active import cut_to_tokens
 from ctxgraph.nodes.skills.record import activation
@@ -121,17 +122,19 @@ class SkillTools:
     def tools(self) -> list[BaseTool]:
         """``load_skill`` and ``read_skill_file``, to bind to the main model."""
         return [
-            StructuredTool.from_function(
+            GatedTool.from_function(
                 func=self.load,
                 coroutine=self.aload,
                 name=LOAD_SKILL,
                 description=LOAD_DESCRIPTION,
+                gate=ALWAYS_BOUND_ALLOWED,
             ),
-            StructuredTool.from_function(
+            GatedTool.from_function(
                 func=self.read,
                 coroutine=self.aread,
                 name=READ_SKILL_FILE,
                 description=READ_DESCRIPTION,
+                gate=ALWAYS_BOUND_ALLOWED,
             ),
         ]
 

@@ -17,14 +17,20 @@ from ctxgraph.nodes.skills.active import (
     render_slash,
 )
 from ctxgraph.nodes.skills.listing import render_listing
-from ctxgraph.nodes.skills.policy import UNRESTRICTED, ToolPolicy, slash_skill, tool_policy
+from ctxgraph.nodes.skills.policy import (
+    ALWAYS_ALLOWED,
+    UNRESTRICTED,
+    ToolPolicy,
+    slash_skill,
+    tool_policy,
+)
 from ctxgraph.nodes.skills.slash import SKILLS_ORIGIN
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.skills import SkillSnapshot
+from ctxgraph.store.skills import Skill, SkillSnapshot
 
 SKILLS_MESSAGE_ID = "ctxgraph-skills"
 
@@ -77,9 +83,14 @@ class SkillRequests:
         tool_names: Sequence[str],
         window_of: WindowOf,
         count: Callable[[str], int] = count_text,
+        exempt: frozenset[str] = ALWAYS_ALLOWED,
     ) -> None:
-        """``count`` sizes the listing and re-attached skills (the graph's token counter)."""
+        """``count`` sizes the listing and re-attached skills (the graph's token counter).
+
+        ``exempt`` are the tools every skill policy allows.
+        """
         self._count = count
+        self._exempt = exempt
         self._sources = sources
         self._tool_names = tuple(tool_names)
         self._window_of = window_of
@@ -113,19 +124,33 @@ class SkillRequests:
         )
         if self._parts_cache is not None and self._parts_cache[0] == key:
             return self._parts_cache[1]
-        policy = tool_policy(entries, slash, snapshot)
-        listing = self._listing(snapshot, list_budget)
+        policy = tool_policy(entries, slash, snapshot, self._exempt)
+        parts = SkillParts(
+            self._listing(snapshot, list_budget),
+            self._context(entries, window, snapshot, slash, policy, reinject_budget),
+            policy,
+        )
+        self._parts_cache = (key, parts)
+        return parts
+
+    def _context(
+        self,
+        entries: Sequence[Mapping[str, Any]],
+        window: Sequence[BaseMessage],
+        snapshot: SkillSnapshot,
+        slash: Skill | None,
+        policy: ToolPolicy,
+        budget: int,
+    ) -> HumanMessage | None:
+        """The active-skill context: reminders, re-attached bodies, the run's slash skill."""
         blocks: list[str] = []
         if entries or slash is not None:
             blocks.append(render_reminders(entries, snapshot, policy, self._tool_names))
         reattach = bodies_to_reattach(entries, window, snapshot, slash)
-        blocks.extend(render_reattached(reattach, reinject_budget, self._count))
+        blocks.extend(render_reattached(reattach, budget, self._count))
         if slash is not None:
             blocks.append(render_slash(slash))
-        context = skills_message("\n\n".join(blocks)) if blocks else None
-        parts = SkillParts(listing, context, policy)
-        self._parts_cache = (key, parts)
-        return parts
+        return skills_message("\n\n".join(blocks)) if blocks else None
 
     def _listing(self, snapshot: SkillSnapshot, budget: int) -> str:
         """The listing of ``snapshot``, rendered once per digest and budget."""

@@ -1,68 +1,59 @@
-"""Which tools a request binds: the caller's always, the built-in readers once they can help.
+"""Which tools a request binds: the caller's always, a gated tool once it can help.
 
-``read_artifact`` and ``grep_artifact`` are bound once the thread has an artifact (an
-offload stub or a subagent's refs in the window, an artifact in the record's ledger or the
-delegation record), ``read_history`` once it has an archive (a committed compaction), and
-``memory_search`` in memory mode ``tool`` (or ``auto`` with
-``Settings.memory_search_in_auto``). An unlock is kept in ``state["tools_unlocked"]``, so a
-compaction that folds the stub does not unbind a tool.
+Each gated tool carries its ``Gate`` (``ctxgraph.nodes.gates``): the reason it is not
+bound for a state, whether the thread keeps it once bound, whether every tool filter
+allows it. A kept unlock lives in ``state["tools_unlocked"]``, so a window that loses
+what earned a tool does not unbind it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
-from ctxgraph.nodes.offload.unlocks import (
-    ARTIFACT_TOOLS,
-    GATED,
-    HISTORY_TOOL,
-    MEMORY_TOOL,
-    UNLOCKABLE,
-    unlocked_tools,
-)
+from ctxgraph.nodes.gates import Gate, ToolFilter, gate_of, persisted_unlocks
 from ctxgraph.nodes.settings import settings_for
 from ctxgraph.nodes.tools.wrappers import RefusalGate, error_result
 from ctxgraph.state.settings import Settings
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.skills.policy import ToolPolicy
+from ctxgraph.state.tool_unlocks import UNLOCKED_KEY
 
 
-def memory_search_bound(settings: Settings) -> bool:
-    """True if the run's settings bind ``memory_search``."""
-    mode = settings.memory_mode
-    return mode == "tool" or (mode == "auto" and settings.memory_search_in_auto)
-
-
-def not_bound_reason(name: str, state: Mapping[str, Any], settings: Settings) -> str | None:
-    """Why the built-in tool ``name`` is not bound for ``state``; None when it is (or not gated)."""
-    if name in ARTIFACT_TOOLS and name not in unlocked_tools(state):
-        return "this thread has no offloaded content yet, so there is no artifact to read"
-    if name == HISTORY_TOOL and name not in unlocked_tools(state):
-        return "nothing in this thread has been compacted yet, so there is no archive to read"
-    if name == MEMORY_TOOL and not memory_search_bound(settings):
-        if settings.memory_mode == "off":
-            return "long-term memory is off in this run"
-        return "in memory mode auto, what is remembered comes with the request already"
-    return None
-
-
-def allows_every_tool(policy: ToolPolicy | None, settings: Settings) -> bool:
-    """True if the skill ``policy`` restricts no tool (None, no ``allowed-tools``, advisory)."""
+def allows_every_tool(policy: ToolFilter | None, settings: Settings) -> bool:
+    """True if ``policy`` restricts no tool (None, allows everything, or advisory)."""
     return policy is None or policy.allowed is None or settings.skill_policy == "advisory"
 
 
-def policy_allows(policy: ToolPolicy | None, settings: Settings) -> Callable[[str], bool]:
-    """Whether the skill ``policy`` lets a tool be bound (everything when advisory or None)."""
+def policy_allows(policy: ToolFilter | None, settings: Settings) -> Callable[[str], bool]:
+    """Whether ``policy`` lets a tool be bound (everything when advisory or None)."""
     if policy is None or allows_every_tool(policy, settings):
         return lambda _name: True
     return policy.permits
+
+
+class _Reasons:
+    """The reasons of one state's gates, each asked at most once."""
+
+    def __init__(self, state: Mapping[str, Any], settings: Settings) -> None:
+        self._state = state
+        self._settings = settings
+        self._kept = persisted_unlocks(state)
+        self._asked: dict[int, str | None] = {}
+
+    def reason(self, name: str, gate: Gate) -> str | None:
+        """Why ``name`` (behind ``gate``) is not bound; None when it is."""
+        if gate.stays and name in self._kept:
+            return None
+        if gate.when is None:
+            return None
+        key = id(gate)
+        if key not in self._asked:
+            self._asked[key] = gate.when(self._state, self._settings)
+        return self._asked[key]
 
 
 class ToolBinding:
@@ -70,7 +61,11 @@ class ToolBinding:
 
     def __init__(self, tools: Sequence[BaseTool]) -> None:
         self._tools = tuple(tools)
-        self._gated = frozenset(t.name for t in self._tools) & GATED
+        self._gates: dict[str, Gate] = {}
+        for tool in self._tools:
+            gate = gate_of(tool)
+            if gate is not None and gate.when is not None:
+                self._gates[tool.name] = gate
         # The names bound without a restricting policy, per set of hidden gated tools.
         self._unrestricted: dict[frozenset[str], frozenset[str]] = {}
 
@@ -79,16 +74,27 @@ class ToolBinding:
         """Every tool, in binding order."""
         return self._tools
 
+    def not_bound_reason(
+        self, name: str, state: Mapping[str, Any], settings: Settings
+    ) -> str | None:
+        """Why the tool ``name`` is not bound for ``state``; None when it is (or not gated)."""
+        gate = self._gates.get(name)
+        return None if gate is None else _Reasons(state, settings).reason(name, gate)
+
+    def hidden(self, state: Mapping[str, Any], settings: Settings) -> frozenset[str]:
+        """The gated tools not bound for ``state`` under ``settings``."""
+        if not self._gates:
+            return frozenset()
+        reasons = _Reasons(state, settings)
+        return frozenset(
+            name for name, gate in self._gates.items() if reasons.reason(name, gate) is not None
+        )
+
     def names(
-        self, state: Mapping[str, Any], settings: Settings, policy: ToolPolicy | None = None
+        self, state: Mapping[str, Any], settings: Settings, policy: ToolFilter | None = None
     ) -> frozenset[str]:
-        """The names bound for ``state`` under ``settings``, within the skill ``policy``."""
-        hidden: frozenset[str] = frozenset()
-        if self._gated:
-            unlockable = self._gated & UNLOCKABLE
-            hidden = unlockable - unlocked_tools(state) if unlockable else hidden
-            if MEMORY_TOOL in self._gated and not memory_search_bound(settings):
-                hidden |= {MEMORY_TOOL}
+        """The names bound for ``state`` under ``settings``, within the tool filter ``policy``."""
+        hidden = self.hidden(state, settings)
         if allows_every_tool(policy, settings):
             names = self._unrestricted.get(hidden)
             if names is None:
@@ -98,19 +104,35 @@ class ToolBinding:
         allowed = policy_allows(policy, settings)
         return frozenset(t.name for t in self._tools if t.name not in hidden and allowed(t.name))
 
+    def unlocked(self, state: Mapping[str, Any], settings: Settings) -> frozenset[str]:
+        """The tools that stay bound which ``state`` has unlocked: kept ones and earned ones."""
+        reasons = _Reasons(state, settings)
+        return frozenset(
+            name
+            for name, gate in self._gates.items()
+            if gate.stays and reasons.reason(name, gate) is None
+        )
+
+    def unlock_update(self, state: Mapping[str, Any], settings: Settings) -> dict[str, list[str]]:
+        """The ``tools_unlocked`` update keeping what ``state`` newly unlocked ({} if nothing)."""
+        new = self.unlocked(state, settings) - persisted_unlocks(state)
+        return {UNLOCKED_KEY: sorted(new)} if new else {}
+
     def always_bound(self) -> frozenset[str]:
-        """The names bound whatever the state: every tool that is not a gated built-in."""
-        return frozenset(t.name for t in self._tools) - self._gated
+        """The names bound whatever the state: every tool without a gate."""
+        return frozenset(t.name for t in self._tools) - frozenset(self._gates)
 
     def unlock_sets(self) -> list[frozenset[str]]:
-        """Every set a state can bind without a skill policy.
+        """Every set a state can bind without a tool filter.
 
-        The caller's tools plus each combination of the gated groups present (the two
-        readers, ``read_history``, ``memory_search``).
+        The always-bound tools plus each combination of the gated groups present (the
+        tools of one gate form a group).
         """
-        groups = [g & self._gated for g in (ARTIFACT_TOOLS, {HISTORY_TOOL}, {MEMORY_TOOL})]
+        groups: dict[int, set[str]] = {}
+        for name, gate in self._gates.items():
+            groups.setdefault(id(gate), set()).add(name)
         sets = [self.always_bound()]
-        for group in (g for g in groups if g):
+        for group in groups.values():
             sets += [names | group for names in sets]
         return sets
 
@@ -150,22 +172,23 @@ class ToolTokens:
 
 
 class UnboundToolGate(RefusalGate):
-    """A tool wrapper that answers a call of a gated built-in not bound for the state.
+    """A tool wrapper that answers a call of a gated tool not bound for the state.
 
     A model may call a tool it was not given (one it remembers, or one it guesses); such a
     call gets an error result naming why the tool is not available, and nothing runs.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tools: Sequence[BaseTool]) -> None:
         self._settings = settings
+        self._binding = ToolBinding(tools)
 
     def _refusal(self, request: ToolCallRequest) -> ToolMessage | None:
         name = request.tool_call["name"]
         state = request.state
-        if name not in GATED or not isinstance(state, Mapping):
+        if not isinstance(state, Mapping):
             return None
         settings = settings_for(request.runtime.context, self._settings)
-        reason = not_bound_reason(name, state, settings)
+        reason = self._binding.not_bound_reason(name, state, settings)
         if reason is None:
             return None
         return error_result(

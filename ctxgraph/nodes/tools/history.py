@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
 from ctxgraph.nodes.compaction.summarizer import transcript
+from ctxgraph.nodes.gates import Gate, GatedTool
+from ctxgraph.nodes.offload.unlocks import has_archive
 from ctxgraph.state.context import Context
+from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
 from ctxgraph.store.persistence.archive import (
     TAMPERED,
@@ -146,11 +149,22 @@ async def aread_history(
     return _by_query(await archive.aversioned(upto=upto), query, limit, mark)
 
 
+def _no_archive(state: Mapping[str, Any], _settings: Settings) -> str | None:
+    if has_archive(state):
+        return None
+    return "nothing in this thread has been compacted yet, so there is no archive to read"
+
+
+HISTORY_GATE = Gate(when=_no_archive, stays=True, always_allowed=True)
+"""``read_history`` is bound once the thread has an archive, and stays bound."""
+
+
 def read_history_tool() -> BaseTool:
     """The tool object bound to the main model."""
-    return StructuredTool.from_function(
+    return GatedTool.from_function(
         func=read_history,
         coroutine=aread_history,
         name="read_history",
         description=DESCRIPTION,
+        gate=HISTORY_GATE,
     )
