@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Literal, Self
 
 from ctxgraph.state.settings_checks import SettingsError, check_settings, split_paths
+from ctxgraph.state.settings_env import ENVIRONMENT_SETTINGS, environment_values, parse_flag
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -527,22 +528,7 @@ class Settings:
                 cannot work; the message names the variable or the setting.
 
         """
-        values: dict[str, Any] = {}
-        for variable, (name, kind) in ENVIRONMENT_SETTINGS.items():
-            raw = environ.get(variable, "").strip()
-            if not raw:
-                continue
-            try:
-                values[name] = kind(raw)
-            except ValueError as error:
-                if kind is int:
-                    wanted = "a whole number"
-                elif kind is float:
-                    wanted = "a number"
-                else:
-                    wanted = str(error)
-                raise SettingsError(f"{variable} must be {wanted}, got {raw!r}") from None
-        return cls(**values)
+        return cls(**environment_values(environ))
 
 
 @lru_cache(maxsize=1)
@@ -587,40 +573,3 @@ def _merge(
             f"graph's build-time settings are invalid: {error}"
         ) from error
     return _with_explicit(merged, base_explicit | override_explicit)
-
-
-def parse_flag(raw: str) -> bool:
-    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``, any case."""
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("1/true/yes/on or 0/false/no/off")
-
-
-ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "CTXGRAPH_CONTEXT_WINDOW": ("context_window", int),
-    "CTXGRAPH_TRIGGER_TOKENS": ("trigger_tokens", int),
-    "CTXGRAPH_TRIGGER_MESSAGES": ("trigger_messages", int),
-    "CTXGRAPH_TRIGGER_FRACTION": ("trigger_fraction", float),
-    "CTXGRAPH_KEEP_MESSAGES": ("keep_messages", int),
-    "CTXGRAPH_COMPACTION_MODE": ("compaction_mode", str),
-    "CTXGRAPH_SUMMARY_FALLBACK": ("summary_fallback", str),
-    "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
-    "CTXGRAPH_MEMORY_WAIT_S": ("memory_wait_s", float),
-    "CTXGRAPH_MEMORY_QUIET_SECONDS": ("memory_quiet_seconds", float),
-    "CTXGRAPH_EXTRACTION_GATE": ("extraction_gate", parse_flag),
-    "CTXGRAPH_MEMORY_MODE": ("memory_mode", str),
-    "CTXGRAPH_MEMORY_BUDGET": ("memory_budget", int),
-    "CTXGRAPH_MEMORY_AGE_FROM": ("memory_age_from", str),
-    "CTXGRAPH_MEMORY_SEARCH_IN_AUTO": ("memory_search_in_auto", parse_flag),
-    "CTXGRAPH_MEMORY_VIEW_MIN_SCORE": ("memory_view_min_score", float),
-    "CTXGRAPH_MEMORY_VIEW_MAX_FACTS": ("memory_view_max_facts", int),
-    "CTXGRAPH_SKILLS_DIRS": ("skills_dirs", split_paths),
-    "CTXGRAPH_SKILLS_FROM_STORE": ("skills_from_store", parse_flag),
-    "CTXGRAPH_SKILL_POLICY": ("skill_policy", str),
-    "CTXGRAPH_CACHE_MARKERS": ("cache_markers", parse_flag),
-    "CTXGRAPH_TEXT_TOOL_CALLS": ("text_tool_calls", str),
-}
-"""Environment variables that set a setting, with the setting and its type."""

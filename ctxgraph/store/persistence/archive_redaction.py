@@ -75,11 +75,16 @@ class ArchiveRedaction:
 class _Plan:
     """The records to write and the anchor to store for one redaction."""
 
+    stamp: dict[str, Any]
+    """The start of every entry this redaction adds to a record: its receipt and time."""
+    kind: str
     writes: dict[int, ArchiveRecord] = field(default_factory=dict)
     anchor_versions: dict[str, dict[str, Any]] = field(default_factory=dict)
     counts: dict[int, int] = field(default_factory=dict)
     prepared: list[int] = field(default_factory=list)
     unverified: list[int] = field(default_factory=list)
+    moved: dict[str, str] = field(default_factory=dict)
+    """Old chain hash -> new one, for records that link to a record this plan changed."""
 
 
 def redact_archive(
@@ -158,55 +163,72 @@ def _planned(
     at: str,
 ) -> _Plan:
     """Every record to rewrite, oldest first, with its new hashes and entries."""
-    plan = _Plan()
+    plan = _Plan(stamp={"receipt": receipt_id, "at": at}, kind=redactor.kind)
     upto = committed_version(mark)
-    before = verify_versioned(versioned, mark, anchors)
-    broken_from = None if before.ok else (before.first_broken_version or 1)
-    # Old chain hash -> new one, for records that link to a record this redaction changed.
-    moved: dict[str, str] = {}
+    broken_from = _first_unverified(versioned, mark, anchors)
     previous = CHAIN_SEED
     for version, record in versioned:
         redacted, count = _redacted_content(record, redactor)
-        committed = upto is None or version <= upto
         if count:
             plan.counts[version] = count
-        if not committed:
-            _plan_leftover(plan, version, record, redacted, count, moved)
+        if upto is not None and version > upto:
+            _plan_leftover(plan, version, record, redacted, count)
         elif broken_from is not None and version >= broken_from:
-            if count:
+            if count:  # the text is replaced, the stored hashes kept: the break still shows
                 plan.writes[version] = redacted
                 plan.unverified.append(version)
-        elif count or moved:
-            new = _rehashed(redacted, previous)
-            entry: dict[str, Any] = {"receipt": receipt_id, "at": at}
-            if count:
-                entry.update(kind=redactor.kind, count=count)
-            entry["before"] = record_hashes(record)
-            name = "redactions" if count else "relinked"
-            fields = cast(dict[str, Any], new)
-            fields[name] = [*fields.get(name, []), entry]
-            new["record_hash"] = record_digest(new)
-            plan.writes[version] = new
-            plan.anchor_versions[str(version)] = {
-                "count": count,
-                "before": record_hashes(record),
-                "after": record_hashes(new),
-            }
-            moved[record["chain_hash"]] = new["chain_hash"]
+        elif count or plan.moved:
+            _plan_rewrite(plan, version, record, redacted, count, previous)
         previous = plan.writes.get(version, record)["chain_hash"]
     return plan
 
 
-def _plan_leftover(
+def _first_unverified(
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    mark: Mapping[str, Any] | None,
+    anchors: RedactionAnchors,
+) -> int | None:
+    """The first version that does not verify before the redaction (None: all verify)."""
+    before = verify_versioned(versioned, mark, anchors)
+    return None if before.ok else (before.first_broken_version or 1)
+
+
+def _plan_rewrite(
     plan: _Plan,
     version: int,
     record: ArchiveRecord,
     redacted: ArchiveRecord,
     count: int,
-    moved: dict[str, str],
+    previous: str,
+) -> None:
+    """A committed record: rehashed onto the chain, with an entry and an anchor version.
+
+    A record whose text changed gets a ``redactions`` entry; one only re-linked (a record
+    before it changed) gets a ``relinked`` entry.
+    """
+    new = _rehashed(redacted, previous)
+    entry: dict[str, Any] = dict(plan.stamp)
+    if count:
+        entry.update(kind=plan.kind, count=count)
+    entry["before"] = record_hashes(record)
+    name = "redactions" if count else "relinked"
+    fields = cast(dict[str, Any], new)
+    fields[name] = [*fields.get(name, []), entry]
+    new["record_hash"] = record_digest(new)
+    plan.writes[version] = new
+    plan.anchor_versions[str(version)] = {
+        "count": count,
+        "before": record_hashes(record),
+        "after": record_hashes(new),
+    }
+    plan.moved[record["chain_hash"]] = new["chain_hash"]
+
+
+def _plan_leftover(
+    plan: _Plan, version: int, record: ArchiveRecord, redacted: ArchiveRecord, count: int
 ) -> None:
     """A prepared leftover: text replaced, hashes recomputed, linked to the new chain."""
-    link = moved.get(record["previous_chain_hash"])
+    link = plan.moved.get(record["previous_chain_hash"])
     if not count and link is None:
         return
     if count:
@@ -218,7 +240,7 @@ def _plan_leftover(
         return
     new["record_hash"] = record_digest(new)
     plan.writes[version] = new
-    moved[record["chain_hash"]] = new["chain_hash"]
+    plan.moved[record["chain_hash"]] = new["chain_hash"]
 
 
 def _rehashed(record: ArchiveRecord, previous_chain_hash: str) -> ArchiveRecord:
