@@ -1,6 +1,6 @@
 """Checks for what real summaries get wrong: echoed instructions, stale copies, invented runs.
 
-The ledger check (``ledger_check``) compares a summary with the ledger only where the
+The ledger check (``ledger.find_contradictions``) compares a summary with the ledger only where the
 ledger has an entry. A small model writes things it cannot contradict: SESSION INTENT
 that repeats the summary prompt ("continue the work without the folded messages"), a
 record copied from the previous one although new turns were folded, and "the assistant
@@ -23,8 +23,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from ctxgraph.nodes.compaction.identifiers import split_sentences, token_pattern
-from ctxgraph.nodes.compaction.ledger_check import CONTRADICTION_MARK
-from ctxgraph.nodes.compaction.ledger_record import read_ledger
+from ctxgraph.nodes.compaction.ledger import CONTRADICTION_MARK, read_ledger
 from ctxgraph.nodes.compaction.render import SECTIONS
 from ctxgraph.state.messages import is_real_user_message
 

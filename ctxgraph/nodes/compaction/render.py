@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ctxgraph.nodes.compaction.ledger_render import render_ledger_within
+from ctxgraph.nodes.compaction.ledger import render_ledger_within
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("session_intent", "SESSION INTENT"),
