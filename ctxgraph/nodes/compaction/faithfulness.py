@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage
 
 from ctxgraph.nodes.compaction.identifiers import split_sentences, token_pattern
 from ctxgraph.nodes.compaction.ledger import CONTRADICTION_MARK, read_ledger
-from ctxgraph.nodes.compaction.render import SECTIONS
+from ctxgraph.nodes.compaction.sections import SECTIONS, TITLES
 from ctxgraph.state.messages import is_real_user_message
 
 ECHO = "echo"
@@ -168,8 +168,9 @@ def stale_problems(
         if not now or now != _normalized(str(previous.get(key) or "")):
             return []
     plural = "turn was" if turns == 1 else "turns were"
+    titles = " and ".join(TITLES[key] for key in STALE_SECTIONS)
     return [
-        f"{STALE}: SUMMARY and NEXT STEPS are the previous record's, word for word, although "
+        f"{STALE}: {titles} are the previous record's, word for word, although "
         f"{turns} new user {plural} folded; say what happened in them"
     ]
 
