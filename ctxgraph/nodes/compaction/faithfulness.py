@@ -161,18 +161,23 @@ def stale_problems(
     if not previous or sections.get(DEGRADED_KEY):
         return []
     turns = sum(1 for message in folded if is_real_user_message(message))
-    if not turns:
+    if not turns or not _same_prose(sections, previous):
         return []
-    for key in STALE_SECTIONS:
-        now = _normalized(str(sections.get(key) or ""))
-        if not now or now != _normalized(str(previous.get(key) or "")):
-            return []
     plural = "turn was" if turns == 1 else "turns were"
     titles = " and ".join(TITLES[key] for key in STALE_SECTIONS)
     return [
         f"{STALE}: {titles} are the previous record's, word for word, although "
         f"{turns} new user {plural} folded; say what happened in them"
     ]
+
+
+def _same_prose(sections: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
+    """Whether every ``STALE_SECTIONS`` section is non-empty and equals the previous one's."""
+    for key in STALE_SECTIONS:
+        now = _normalized(str(sections.get(key) or ""))
+        if not now or now != _normalized(str(previous.get(key) or "")):
+            return False
+    return True
 
 
 _CLAUSE_BREAK = re.compile(

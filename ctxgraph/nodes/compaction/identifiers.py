@@ -230,11 +230,7 @@ def claims_by_mention(sentence: str, spans: list[tuple[int, int]]) -> list[tuple
         return []
     ends = [start for start, _ in spans[1:]] + [len(sentence)]
     gaps = [sentence[end:stop] for (_, end), stop in zip(spans, ends, strict=True)]
-    hedged: list[bool] = []
-    for index, (start, _) in enumerate(spans):
-        lead = gaps[index - 1] if index else sentence[:start]
-        joined = index > 0 and hedged[-1] and _CONJUNCTION.fullmatch(lead) is not None
-        hedged.append(joined or _LEAD_HEDGE.search(lead) is not None)
+    hedged = _hedged(sentence, spans, gaps)
     claims: list[tuple[bool, bool]] = [(False, False)] * len(spans)
     for index in reversed(range(len(spans))):
         if hedged[index]:
@@ -244,6 +240,16 @@ def claims_by_mention(sentence: str, spans: list[tuple[int, int]]) -> list[tuple
             own = claims[index + 1]
         claims[index] = own
     return claims
+
+
+def _hedged(sentence: str, spans: list[tuple[int, int]], gaps: list[str]) -> list[bool]:
+    """Whether each mention is led by a condition (or joined to one that is)."""
+    hedged: list[bool] = []
+    for index, (start, _) in enumerate(spans):
+        lead = gaps[index - 1] if index else sentence[:start]
+        joined = index > 0 and hedged[-1] and _CONJUNCTION.fullmatch(lead) is not None
+        hedged.append(joined or _LEAD_HEDGE.search(lead) is not None)
+    return hedged
 
 
 def scalar_strings(value: object) -> Iterator[str]:

@@ -2,7 +2,8 @@
 
 The ledger is made of blocks, one module per noun: ``calls`` (tool-call states),
 ``constraints`` and ``decisions`` (what the user said, kept verbatim; their entries are
-``said``), ``artifacts`` and ``identifiers``. Each block derives, merges, bounds, renders
+``said``), ``artifacts`` and ``identifiers``; ``sentences`` and ``read_only`` say what a user's
+sentence and a tool are to the ledger. Each block derives, merges, bounds, renders
 and checks its own keys behind the ``block.Block`` protocol; ``record`` composes them in
 a fixed order and ``view`` renders and checks it. This package gathers their public names.
 """
@@ -16,15 +17,14 @@ from ctxgraph.nodes.compaction.ledger.calls import (
     MAX_ARG_CHARS,
     MAX_ARGS,
     MAX_ERROR_CHARS,
-    READ_ONLY_PREFIXES,
     UNKNOWN_TOOL,
     ToolCallEntry,
     ToolCallStatus,
     is_folded,
-    is_read_only,
     render_group,
 )
 from ctxgraph.nodes.compaction.ledger.decisions import ledger_decisions
+from ctxgraph.nodes.compaction.ledger.read_only import READ_ONLY_PREFIXES, is_read_only
 from ctxgraph.nodes.compaction.ledger.record import (
     Ledger,
     bound_ledger,

@@ -32,6 +32,7 @@ from ctxgraph.nodes.compaction.ledger.block import (
     Block,
     Candidate,
 )
+from ctxgraph.nodes.compaction.ledger.read_only import is_read_only
 from ctxgraph.state.messages import content_text, is_recovered_call_id
 
 if TYPE_CHECKING:
@@ -84,31 +85,6 @@ UNKNOWN_TOOL = "unknown_tool"
 MAX_ARGS = 6
 MAX_ARG_CHARS = 80
 MAX_ERROR_CHARS = 120
-
-
-READ_ONLY_PREFIXES = (
-    "get", "list", "read", "search", "lookup", "look_up", "fetch", "query", "find", "view",
-    "show", "describe", "count", "check", "inspect", "calculator",
-)  # fmt: skip
-
-
-def is_read_only(name: str, read_only_tools: frozenset[str] = frozenset()) -> bool:
-    """True for tools named in ``read_only_tools`` or whose name starts with a read verb.
-
-    The verb must be a whole word (``get_order``, ``getOrder``, ``search``), so that
-    ``checkout`` or ``showcase_item`` count as side effects.
-    """
-    if name in read_only_tools:
-        return True
-    for prefix in READ_ONLY_PREFIXES:
-        at = len(prefix)
-        if name.lower().startswith(prefix) and (
-            at == len(name)
-            or not name[at].isalpha()
-            or (name[at].isupper() and name[at - 1].islower())
-        ):
-            return True
-    return False
 
 
 def copy_entry(entry: ToolCallEntry) -> ToolCallEntry:
@@ -242,29 +218,35 @@ def _fold_rank(entry: ToolCallEntry) -> int:
 
 
 def _derive_calls(walk: Walk) -> dict[str, ToolCallEntry]:
-    """The walk's calls by id; each message's texts get its calls' arguments.
-
-    A read-only call's result loses its text: it can be read again (and is archived).
-    """
-    messages, read_only = walk.messages, walk.read_only_tools
+    """The walk's calls by id; each message's texts get its calls' arguments."""
+    messages = walk.messages
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
     calls: dict[str, ToolCallEntry] = {}
     for index, message in enumerate(messages):
-        turn = walk.turns[index]
         if isinstance(message, AIMessage):
             pending = message is messages[-1]
             for call in message.tool_calls:
                 result = results.get(call["id"] or "")
-                _upsert(calls, _at_turn(_call_entry(call, result, pending, read_only), turn))
+                made = _call_entry(call, result, pending, walk.read_only_tools)
+                _upsert(calls, _at_turn(made, walk.turns[index]))
                 walk.texts[index].extend(scalar_strings(call["args"]))
         elif isinstance(message, ToolMessage):
-            entry = calls.get(message.tool_call_id)
-            if entry is not None and not entry["side_effect"]:
-                walk.texts[index] = []
-            elif entry is None:
-                entry = _result_entry(results[message.tool_call_id], read_only)
-                _upsert(calls, _at_turn(entry, turn))
+            _record_result(walk, index, results[message.tool_call_id], calls)
     return calls
+
+
+def _record_result(
+    walk: Walk, index: int, result: ToolMessage, calls: dict[str, ToolCallEntry]
+) -> None:
+    """A result whose call is not in ``calls`` gets an entry; a read-only one loses its text.
+
+    A read-only result can be read again (and is archived).
+    """
+    entry = calls.get(result.tool_call_id)
+    if entry is None:
+        _upsert(calls, _at_turn(_result_entry(result, walk.read_only_tools), walk.turns[index]))
+    elif not entry["side_effect"]:
+        walk.texts[index] = []
 
 
 class CallBlock(Block):
@@ -368,13 +350,7 @@ class CallBlock(Block):
         view["aggregated"] = {n: c for n, c in full["aggregated"].items() if n in tools}
         view["folded_calls"] = {name: dict(c) for name, c in full["folded_calls"].items()}
         unlisted.update((n, c) for n, c in full["aggregated"].items() if n not in tools and c)
-        for index, entry in enumerate(full["tool_calls"]):
-            if ("call", index) in picked or (is_folded(entry) and entry["name"] in tools):
-                view["tool_calls"].append(entry)
-            elif entry["status"] == "succeeded":
-                unlisted[entry["name"]] = unlisted.get(entry["name"], 0) + 1
-            else:
-                fold_call(view, entry)
+        _list_picked(full["tool_calls"], picked, tools, view, unlisted)
 
     def check(self, text: str, ledger: Ledger) -> list[str]:
         """Sentences that assert a call outcome the record disagrees with.
@@ -390,6 +366,23 @@ class CallBlock(Block):
             if has_outcome_words(sentence):  # else no claim of any outcome to contradict
                 problems.extend(_sentence_problems(sentence, by_id, by_name))
         return problems
+
+
+def _list_picked(
+    calls: Sequence[ToolCallEntry],
+    picked: set[Shown],
+    tools: set[str],
+    view: Ledger,
+    unlisted: dict[str, int],
+) -> None:
+    """List the picked calls and the calls of the picked tool lines; count the others."""
+    for index, entry in enumerate(calls):
+        if ("call", index) in picked or (is_folded(entry) and entry["name"] in tools):
+            view["tool_calls"].append(entry)
+        elif entry["status"] == "succeeded":
+            unlisted[entry["name"]] = unlisted.get(entry["name"], 0) + 1
+        else:
+            fold_call(view, entry)
 
 
 _PRIORITY = {
@@ -498,12 +491,8 @@ def _group_names(full: Ledger) -> list[str]:
 
 _Target = tuple[re.Pattern[str], str, tuple[str, ...], str | None]
 """How a call is named (its id, or its tool name), the tool, the listed call ids meant,
-and their one status.
-
-A status of ``None`` marks a tool name whose calls disagree on status: named, but not
-checkable.
+and their one status (None: the tool's calls disagree, so it is named but not checkable).
 """
-
 
 _Mention = tuple[int, int, _Target]
 
@@ -560,20 +549,30 @@ def _mentions(
     return sentence, ordered
 
 
+def _contradicted(claim: tuple[bool, bool], status: str | None) -> str | None:
+    """What a (success, failure) claim says that ``status`` contradicts, if anything.
+
+    A status of None (mixed outcomes) leaves nothing to check the claim against.
+    """
+    success, failure = claim
+    if status is None:
+        return None
+    if success and status != "succeeded":
+        return "succeeded"
+    if failure and not success and status == "succeeded":
+        return "failed"
+    return None
+
+
 def _sentence_problems(sentence: str, by_id: list[_Target], by_name: list[_Target]) -> list[str]:
     """The contradictions of one sentence, once per call it names."""
     analysed, mentions = _mentions(sentence, by_id, by_name)
     claims = claims_by_mention(analysed, [(m[0], m[1]) for m in mentions])
     problems: list[str] = []
     reported: set[tuple[str, str]] = set()
-    for (_, _, (_, name, ids, status)), (success, failure) in zip(mentions, claims, strict=True):
-        if status is None:
-            continue  # mixed outcomes: nothing to check the claim against
-        if success and status != "succeeded":
-            said = "succeeded"
-        elif failure and not success and status == "succeeded":
-            said = "failed"
-        else:
+    for (_, _, (_, name, ids, status)), claim in zip(mentions, claims, strict=True):
+        said = _contradicted(claim, status)
+        if said is None:
             continue
         calls = f"call {', '.join(ids)}" if ids else "folded calls"
         if (name, calls) not in reported:
