@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from langchain_core.messages import BaseMessage
 
@@ -46,9 +46,11 @@ IDENTIFIER = 7
 """Identifiers no other line shows."""
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A line a budgeted rendering may list, and where it stands in the order of priority."""
+class Candidate(NamedTuple):
+    """A line a budgeted rendering may list, and where it stands in the order of priority.
+
+    A tuple, as a rendering makes one for every listed item of the record.
+    """
 
     priority: int
     """Lines of a lower priority are taken first (``PINNED``, ..., ``IDENTIFIER``)."""

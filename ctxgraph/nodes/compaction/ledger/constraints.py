@@ -35,9 +35,13 @@ class ConstraintBlock(SaidBlock):
     heading = "USER CONSTRAINTS (verbatim):"
     priority = PINNED
 
-    def entries(self, ledger: Mapping[str, Any]) -> list[ConstraintEntry]:
-        """The listed constraints (of any stored shape)."""
-        return read_entries(ledger.get("constraints"))
+    def stored(self, raw: Mapping[str, Any]) -> list[ConstraintEntry]:
+        """The constraints of a stored record: plain strings (older records) or entries."""
+        return read_entries(raw.get("constraints"))
+
+    def entries(self, ledger: Ledger) -> list[ConstraintEntry]:
+        """The listed constraints."""
+        return ledger["constraints"]
 
     def folded(self, ledger: Mapping[str, Any]) -> int:
         """How many constraints were folded into the count."""
@@ -53,7 +57,7 @@ class ConstraintBlock(SaidBlock):
         found = super().candidates(full)
         if found:
             newest = found[0]
-            found[0] = Candidate(newest.priority, newest.group, newest.item, newest.line, True)
+            found[0] = newest._replace(pinned=True)
         return found
 
     def emptied(self, full: Ledger, bare: Ledger, unlisted: dict[str, int]) -> None:

@@ -43,9 +43,13 @@ class DecisionBlock(SaidBlock):
     heading = "USER DECISIONS (verbatim, about the items they name):"
     priority = DECISION
 
-    def entries(self, ledger: Mapping[str, Any]) -> list[DecisionEntry]:
+    def stored(self, raw: Mapping[str, Any]) -> list[DecisionEntry]:
+        """The decisions of a stored record."""
+        return ledger_decisions(raw)
+
+    def entries(self, ledger: Ledger) -> list[DecisionEntry]:
         """The listed decisions (empty when there are none)."""
-        return ledger_decisions(ledger)
+        return ledger.get("decisions") or []
 
     def folded(self, ledger: Mapping[str, Any]) -> int:
         """How many decisions were folded into the count."""

@@ -147,8 +147,8 @@ def newest_within(entries: Sequence[ConstraintEntry], max_tokens: int) -> int:
 class SaidBlock(Block):
     """A block of user sentences of one kind: listed entries, and a count of folded ones.
 
-    Subclasses say where the entries are stored (``entries``/``store``), what they are
-    called and where they stand in a budgeted rendering.
+    Subclasses say where the entries are stored (``stored``, ``entries``, ``folded``,
+    ``store``), what they are called and where they stand in a budgeted rendering.
     """
 
     kind: SentenceKind
@@ -156,8 +156,12 @@ class SaidBlock(Block):
     heading: str
     priority: int
 
-    def entries(self, ledger: Mapping[str, Any]) -> list[ConstraintEntry]:
-        """The listed entries of ``ledger``."""
+    def stored(self, raw: Mapping[str, Any]) -> list[ConstraintEntry]:
+        """The readable entries of a stored record of any version."""
+        raise NotImplementedError
+
+    def entries(self, ledger: Ledger) -> list[ConstraintEntry]:
+        """The listed entries of ``ledger`` (in the current shape)."""
         raise NotImplementedError
 
     def folded(self, ledger: Mapping[str, Any]) -> int:
@@ -170,7 +174,7 @@ class SaidBlock(Block):
 
     def read(self, raw: Mapping[str, Any], into: Ledger) -> None:
         """Entries of either stored shape, merged by key; the folded count."""
-        self.store(into, merge_constraints(self.entries(raw)), self.folded(raw))
+        self.store(into, merge_constraints(self.stored(raw)), self.folded(raw))
 
     def said(self, walk: Walk, into: Ledger) -> list[ConstraintEntry]:
         """The sentences of the slice's real user messages of this block's kind."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any, cast
 
 from ctxgraph.nodes.compaction.ledger.block import Candidate, Shown
@@ -47,8 +48,8 @@ def render_ledger_within(ledger: Mapping[str, Any], max_tokens: int) -> str:
     """
     full = read_ledger(ledger)
     found = [candidate for block in BLOCKS for candidate in block.candidates(full)]
-    candidates = sorted(found, key=lambda candidate: candidate.priority)
-    floor = sum(candidate.pinned for candidate in candidates)
+    candidates = sorted(found, key=itemgetter(0))  # by priority, each block's order kept
+    floor = next((i for i, c in enumerate(candidates) if not c.pinned), len(candidates))
     shown = _fitting(full, candidates, max_tokens, floor)
     text = _render_view(full, shown)
     while len(shown) > floor and count_text(text) > max_tokens:
