@@ -57,7 +57,7 @@ class ConstraintBlock(SaidBlock):
         found = super().candidates(full)
         if found:
             newest = found[0]
-            found[0] = newest._replace(pinned=True)
+            found[0] = Candidate(newest.priority, newest.group, newest.item, newest.line, True)
         return found
 
     def emptied(self, full: Ledger, bare: Ledger, unlisted: dict[str, int]) -> None:
