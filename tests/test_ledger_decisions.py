@@ -22,7 +22,7 @@ from ctxgraph.nodes.compaction.ledger import (
     render_ledger,
     render_ledger_within,
 )
-from ctxgraph.nodes.compaction.ledger_sentences import sentence_kind
+from ctxgraph.nodes.compaction.ledger.sentences import sentence_kind
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from tests.support.scripted import demo_summarizer, is_summary_request

@@ -1,6 +1,6 @@
 """Checks for what real summaries get wrong: echoed instructions, stale copies, invented runs.
 
-The ledger check (``ledger_check``) compares a summary with the ledger only where the
+The ledger check (``ledger.find_contradictions``) compares a summary with the ledger only where the
 ledger has an entry. A small model writes things it cannot contradict: SESSION INTENT
 that repeats the summary prompt ("continue the work without the folded messages"), a
 record copied from the previous one although new turns were folded, and "the assistant
@@ -23,9 +23,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from ctxgraph.nodes.compaction.identifiers import split_sentences, token_pattern
-from ctxgraph.nodes.compaction.ledger_check import CONTRADICTION_MARK
-from ctxgraph.nodes.compaction.ledger_record import read_ledger
-from ctxgraph.nodes.compaction.render import SECTIONS
+from ctxgraph.nodes.compaction.ledger import CONTRADICTION_MARK, read_ledger
+from ctxgraph.nodes.compaction.sections import SECTIONS, TITLES
 from ctxgraph.state.messages import is_real_user_message
 
 ECHO = "echo"
@@ -162,17 +161,23 @@ def stale_problems(
     if not previous or sections.get(DEGRADED_KEY):
         return []
     turns = sum(1 for message in folded if is_real_user_message(message))
-    if not turns:
+    if not turns or not _same_prose(sections, previous):
         return []
+    plural = "turn was" if turns == 1 else "turns were"
+    titles = " and ".join(TITLES[key] for key in STALE_SECTIONS)
+    return [
+        f"{STALE}: {titles} are the previous record's, word for word, although "
+        f"{turns} new user {plural} folded; say what happened in them"
+    ]
+
+
+def _same_prose(sections: Mapping[str, Any], previous: Mapping[str, Any]) -> bool:
+    """Whether every ``STALE_SECTIONS`` section is non-empty and equals the previous one's."""
     for key in STALE_SECTIONS:
         now = _normalized(str(sections.get(key) or ""))
         if not now or now != _normalized(str(previous.get(key) or "")):
-            return []
-    plural = "turn was" if turns == 1 else "turns were"
-    return [
-        f"{STALE}: SUMMARY and NEXT STEPS are the previous record's, word for word, although "
-        f"{turns} new user {plural} folded; say what happened in them"
-    ]
+            return False
+    return True
 
 
 _CLAUSE_BREAK = re.compile(

@@ -8,7 +8,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxgraph.nodes.compaction.faithfulness import DEGRADED_KEY
 from ctxgraph.nodes.compaction.identifiers import extract_identifiers
-from ctxgraph.nodes.compaction.render import SECTIONS
+from ctxgraph.nodes.compaction.sections import SECTIONS
 from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.settings import Settings
@@ -61,46 +61,15 @@ def degraded_sections(
         SummaryError: neither form passes ``check``.
 
     """
-    folded_tokens = sum(count_text(content_text(m)) for m in job.folded)
-    budget = max(
-        _MIN_SECTION,
-        min(
-            (settings.summary_max_tokens - _HEADING_ROOM) // len(SECTIONS),
-            folded_tokens // _SHRINK // len(SECTIONS),
-        ),
-    )
+    budget = _section_budget(job.folded, settings)
     requests = [content_text(m) for m in job.folded if is_real_user_message(m)]
-    answers = [
-        content_text(m)
-        for m in job.folded
-        if isinstance(m, AIMessage) and not m.tool_calls and content_text(m)
-    ]
     hint = RECOVER_HINT.format(first=1, last=version)
-    previous_intent = str((job.previous or {}).get("session_intent") or "").strip()
-    intent_parts = [_cut(previous_intent, budget // 3)] if previous_intent else []
-    intent_parts += [_cut(request, budget // 2) for request in _ends(requests)]
-    identifiers = _identifiers(job.folded, (job.previous or {}).get("artifacts"))
     plain_summary = (
         f"Model-free record: {len(job.folded)} message(s) folded into version {version} "
         f"({len(requests)} user request(s)); {hint}"
     )
-    line = max(8, budget // _DIGEST_LINES)
-    digest = "\n".join(
-        [
-            plain_summary,
-            *(f"user: {_cut(r, line)}" for r in requests),
-            *(f"assistant: {_cut(a, line)}" for a in answers[-_DIGEST_LINES:]),
-        ]
-    )
-    latest = job.current_request or (requests[-1] if requests else "")
-    steps = f"Continue with: {latest}\n{hint}" if latest else hint
-    base = {
-        "session_intent": _cut(
-            "\n".join(intent_parts) or "(no user request in the folded turns)", budget
-        ),
-        "artifacts": _cut("\n".join(identifiers) or "(none found)", budget),
-        "next_steps": _cut(steps, budget),
-    }
+    digest = _digest(plain_summary, requests, _answers(job.folded), budget)
+    base = _fixed_sections(job, requests, budget, hint)
     problems: list[str] = []
     for summary in (digest, plain_summary):
         sections = {**base, "summary": _cut(summary, budget), DEGRADED: "true"}
@@ -108,6 +77,59 @@ def degraded_sections(
         if not problems:
             return {**{key: sections[key] for key, _ in SECTIONS}, DEGRADED: "true"}
     raise SummaryError("the model-free record is unusable too: " + "; ".join(problems))
+
+
+def _section_budget(folded: Sequence[BaseMessage], settings: Settings) -> int:
+    """Tokens of each section: a quarter of the summary budget and of the folded text."""
+    folded_tokens = sum(count_text(content_text(m)) for m in folded)
+    return max(
+        _MIN_SECTION,
+        min(
+            (settings.summary_max_tokens - _HEADING_ROOM) // len(SECTIONS),
+            folded_tokens // _SHRINK // len(SECTIONS),
+        ),
+    )
+
+
+def _answers(folded: Sequence[BaseMessage]) -> list[str]:
+    """The assistant's final answers (replies without tool calls) among ``folded``."""
+    return [
+        content_text(m)
+        for m in folded
+        if isinstance(m, AIMessage) and not m.tool_calls and content_text(m)
+    ]
+
+
+def _digest(plain: str, requests: Sequence[str], answers: Sequence[str], budget: int) -> str:
+    """The plain SUMMARY, then a line per user request and per latest answer."""
+    line = max(8, budget // _DIGEST_LINES)
+    return "\n".join(
+        [
+            plain,
+            *(f"user: {_cut(r, line)}" for r in requests),
+            *(f"assistant: {_cut(a, line)}" for a in answers[-_DIGEST_LINES:]),
+        ]
+    )
+
+
+def _fixed_sections(
+    job: SummaryJob, requests: Sequence[str], budget: int, hint: str
+) -> dict[str, str]:
+    """SESSION INTENT, ARTIFACTS and NEXT STEPS of the model-free record."""
+    previous = job.previous or {}
+    previous_intent = str(previous.get("session_intent") or "").strip()
+    intent_parts = [_cut(previous_intent, budget // 3)] if previous_intent else []
+    intent_parts += [_cut(request, budget // 2) for request in _ends(requests)]
+    identifiers = _identifiers(job.folded, previous.get("artifacts"))
+    latest = job.current_request or (requests[-1] if requests else "")
+    steps = f"Continue with: {latest}\n{hint}" if latest else hint
+    return {
+        "session_intent": _cut(
+            "\n".join(intent_parts) or "(no user request in the folded turns)", budget
+        ),
+        "artifacts": _cut("\n".join(identifiers) or "(none found)", budget),
+        "next_steps": _cut(steps, budget),
+    }
 
 
 def _ends(requests: Sequence[str]) -> list[str]:

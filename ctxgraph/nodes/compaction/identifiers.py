@@ -115,20 +115,21 @@ def split_sentences(text: str) -> list[str]:
     return [part.strip() for part in _SENTENCE_BREAK.split(text) if part.strip()]
 
 
-_ENGLISH_MARKERS = re.compile(
+_ENGLISH_MARKERS = (
     r"\b(?:must|mustn['’]t|do\s+not|don['’]t|never|always|only|without|at\s+most|at\s+least"
-    r"|no\s+more\s+than|make\s+sure|avoid(?:s|ing)?|keep\b[^.!?]{0,60}?\b(?:under|below))\b",
-    re.IGNORECASE | re.ASCII,
+    r"|no\s+more\s+than|make\s+sure|avoid(?:s|ing)?|keep\b[^.!?]{0,60}?\b(?:under|below))\b"
 )
-_CHINESE_MARKERS = re.compile(
+_CHINESE_MARKERS = (
     r"不要|必须|只能|不能|务必|禁止|不得|请勿|一定要|不许|(?<![不仅])仅"
     r"|(?<![特分区类级识性告离辨差派个鉴判作诀送道])别(?![人的处名墅致称])"
 )
+_MARKERS = re.compile(f"{_ENGLISH_MARKERS}|{_CHINESE_MARKERS}", re.IGNORECASE | re.ASCII)
+"""An explicit constraint marker, English or Chinese (ASCII word boundaries: 不要 needs none)."""
 
 
 def is_constraint(sentence: str) -> bool:
     """True when ``sentence`` carries an explicit constraint marker (English or Chinese)."""
-    return bool(_ENGLISH_MARKERS.search(sentence) or _CHINESE_MARKERS.search(sentence))
+    return _MARKERS.search(sentence) is not None
 
 
 _TIMEOUT = re.compile(
@@ -230,11 +231,7 @@ def claims_by_mention(sentence: str, spans: list[tuple[int, int]]) -> list[tuple
         return []
     ends = [start for start, _ in spans[1:]] + [len(sentence)]
     gaps = [sentence[end:stop] for (_, end), stop in zip(spans, ends, strict=True)]
-    hedged: list[bool] = []
-    for index, (start, _) in enumerate(spans):
-        lead = gaps[index - 1] if index else sentence[:start]
-        joined = index > 0 and hedged[-1] and _CONJUNCTION.fullmatch(lead) is not None
-        hedged.append(joined or _LEAD_HEDGE.search(lead) is not None)
+    hedged = _hedged(sentence, spans, gaps)
     claims: list[tuple[bool, bool]] = [(False, False)] * len(spans)
     for index in reversed(range(len(spans))):
         if hedged[index]:
@@ -244,6 +241,16 @@ def claims_by_mention(sentence: str, spans: list[tuple[int, int]]) -> list[tuple
             own = claims[index + 1]
         claims[index] = own
     return claims
+
+
+def _hedged(sentence: str, spans: list[tuple[int, int]], gaps: list[str]) -> list[bool]:
+    """Whether each mention is led by a condition (or joined to one that is)."""
+    hedged: list[bool] = []
+    for index, (start, _) in enumerate(spans):
+        lead = gaps[index - 1] if index else sentence[:start]
+        joined = index > 0 and hedged[-1] and _CONJUNCTION.fullmatch(lead) is not None
+        hedged.append(joined or _LEAD_HEDGE.search(lead) is not None)
+    return hedged
 
 
 def scalar_strings(value: object) -> Iterator[str]:

@@ -18,9 +18,14 @@ from langgraph.store.base import BaseStore
 
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.fallback import DEGRADED
-from ctxgraph.nodes.compaction.ledger_bound import MAX_ARTIFACTS, bound_ledger
-from ctxgraph.nodes.compaction.ledger_derive import derive_ledger, merge_ledgers
-from ctxgraph.nodes.compaction.ledger_record import Ledger, empty_ledger
+from ctxgraph.nodes.compaction.ledger import (
+    MAX_ARTIFACTS,
+    Ledger,
+    bound_ledger,
+    derive_ledger,
+    empty_ledger,
+    merge_ledgers,
+)
 from ctxgraph.nodes.compaction.partition import partition_history
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.summarizer import Check, SummaryJob

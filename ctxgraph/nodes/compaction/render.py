@@ -5,15 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ctxgraph.nodes.compaction.ledger_render import render_ledger_within
+from ctxgraph.nodes.compaction.ledger import render_ledger_within
+from ctxgraph.nodes.compaction.sections import SECTIONS, render_sections
 
-SECTIONS: tuple[tuple[str, str], ...] = (
-    ("session_intent", "SESSION INTENT"),
-    ("summary", "SUMMARY"),
-    ("artifacts", "ARTIFACTS"),
-    ("next_steps", "NEXT STEPS"),
-)
-"""Summary fields and the headings they are written under, in order."""
+__all__ = ["SECTIONS", "SUMMARY_VIEW", "render_sections", "render_summary"]
 
 SUMMARY_VIEW = (
     '<conversation_summary version="{version}">\n'
@@ -22,11 +17,6 @@ SUMMARY_VIEW = (
     "listed under the ledger were recorded by code and are authoritative.\n\n"
     "{body}\n</conversation_summary>"
 )
-
-
-def render_sections(summary: Mapping[str, Any]) -> str:
-    """The four sections under their headings."""
-    return "\n\n".join(f"{title}\n{summary.get(key, '').strip()}" for key, title in SECTIONS)
 
 
 def render_summary(summary: Mapping[str, Any], version: int, ledger_tokens: int) -> str:

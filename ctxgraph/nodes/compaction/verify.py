@@ -8,8 +8,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from ctxgraph.nodes.compaction.faithfulness import faithfulness_problems
-from ctxgraph.nodes.compaction.ledger_check import find_contradictions
-from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
+from ctxgraph.nodes.compaction.ledger import find_contradictions
+from ctxgraph.nodes.compaction.sections import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.triggers import fired_triggers, pressing_kinds
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.settings import Settings

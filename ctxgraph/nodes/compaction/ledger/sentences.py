@@ -135,15 +135,23 @@ def is_decision(sentence: str) -> bool:
         return False
     if _MARKED.search(text):
         return True
+    english = _english_decision(text)
+    if english is not None:
+        return english
+    if _CHINESE_ACTION.search(text) and not _CHINESE_DONE.search(text):
+        return bool(extract_identifiers(text) or _ITEM.search(text))
+    return False
+
+
+def _english_decision(text: str) -> bool | None:
+    """For an English instruction or choice, whether it has a target; None for neither."""
     directive = _DIRECTIVE.match(text)
     if directive is not None:
         return _has_target(text[directive.end("action") :])
     choice = _FIRST_PERSON.search(text)
     if choice is not None and _CHOICE.search(text, choice.end()):
         return _has_target(text[choice.end() :])
-    if _CHINESE_ACTION.search(text) and not _CHINESE_DONE.search(text):
-        return bool(extract_identifiers(text) or _ITEM.search(text))
-    return False
+    return None
 
 
 @lru_cache(maxsize=4_096)
