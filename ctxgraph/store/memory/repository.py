@@ -1,28 +1,28 @@
-"""Long-term memory in the Store: facts per user and agent, project facts and the profile."""
+"""Long-term memory in the Store: facts per user and agent, project facts and the profile.
+
+``MemoryRepository`` is a facade over four pieces, each in its own module: ``reads``
+(facts, profile, problems), ``writer`` (direct and extracted facts, forgetting, the
+profile), ``searcher`` (candidates and the ranker) and ``exchange`` (export and bulk
+import). The pieces return sans-I/O plans (``calls``); each sync method runs its plan with
+``drive`` and its ``a``-prefixed twin with ``adrive``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Any, Literal
 
-from langgraph.store.base import BaseStore, GetOp, Item, PutOp
+from langgraph.store.base import BaseStore, GetOp, Item
 
-from ctxgraph.state.context import Context, ContextError
-from ctxgraph.state.messages import safe_text, unstorable_position, unstorable_problem
+from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.facts import Fact, FactScope, Problem, Provenance, fact_from_value
-from ctxgraph.store.memory.ranking import (
-    LeadingFact,
-    Ranker,
-    Source,
-    age_from_of,
-    check_search,
-    leading_facts,
-    rank,
-)
+from ctxgraph.store.memory.calls import adrive, drive
+from ctxgraph.store.memory.exchange import BATCH, MemoryExchange
+from ctxgraph.store.memory.facts import Fact, Problem, Provenance
+from ctxgraph.store.memory.ranking import Ranker, rank
+from ctxgraph.store.memory.reads import MemoryReads
 from ctxgraph.store.memory.rules import (
     Category,
     Decision,
@@ -31,37 +31,21 @@ from ctxgraph.store.memory.rules import (
     ProfileUpdate,
     accept_candidate,
     accept_profile_update,
-    normalize_text,
-    slug_key,
-    static_rejection,
 )
+from ctxgraph.store.memory.searcher import CANDIDATES, Gathered, MemorySearch
+from ctxgraph.store.memory.writer import MemoryWriter
 from ctxgraph.store.memory.writes import (
     HISTORY_LIMIT,
-    PROFILE_KEY,
     PROFILE_SECTIONS,
     SECTION_LIMIT,
-    FactWrite,
-    default_key,
     merge_section,
-    merged_value,
-    profile_problem,
-    profile_sections,
-    profile_value,
     utc,
 )
-from ctxgraph.store.namespaces import project_facts, user_facts, user_profile
-from ctxgraph.store.search.hybrid import (
-    EmbeddingError,
-    QuerySimilarity,
-    lexical_fallback,
-    reindex,
-    semantic_enabled,
-)
-from ctxgraph.store.search.index import fact_index_cache
-from ctxgraph.store.search.scoring import AgeFrom, tokenize
-from ctxgraph.store.search.vectors import aput_facts, put_facts
+from ctxgraph.store.search.scoring import AgeFrom
 
 __all__ = [
+    "BATCH",
+    "CANDIDATES",
     "HISTORY_LIMIT",
     "PROFILE_SECTIONS",
     "SECTION_LIMIT",
@@ -79,24 +63,6 @@ __all__ = [
     "accept_profile_update",
     "merge_section",
 ]
-
-BATCH = 500
-"""Store operations per batch in bulk imports."""
-
-DIRECT_PROVENANCES: tuple[Provenance, ...] = ("api", "cli", "import")
-"""Provenances a write around the acceptance gate (``add_fact``, ``add_facts``) may give."""
-
-CANDIDATES = 64
-"""Facts of each kind (corrections, matches, most confident) offered to the memory view."""
-
-
-def candidate_pool(top_k: int) -> int:
-    """Candidates per namespace reranked for a search of ``top_k`` results.
-
-    At least twice ``CANDIDATES``, so ``search`` (any ``top_k`` up to ``CANDIDATES``) and
-    ``memory_candidates`` rerank the same facts and agree on order.
-    """
-    return max(2 * top_k, 2 * CANDIDATES)
 
 
 @dataclass(frozen=True)
@@ -144,36 +110,31 @@ class MemoryRepository:
         settings: Settings | None = None,
     ) -> None:
         self.store = store
-        self.ranker: Ranker = rank if ranker is None else ranker
-        self.settings = settings
+        self._reads = MemoryReads(store)
+        self._writer = MemoryWriter(store)
+        self._search = MemorySearch(store, rank if ranker is None else ranker, settings)
+        self._exchange = MemoryExchange(self._reads, self._writer)
+        self._fact_write = self._writer.fact_write
 
-    # -- namespaces ---------------------------------------------------------------------
+    @property
+    def ranker(self) -> Ranker:
+        """The ranker that orders search results and the memory view's matches."""
+        return self._search.ranker
 
-    @staticmethod
-    def _namespace(context: Context, scope: str) -> tuple[str, ...]:
-        if scope == "project":
-            if context.project_id is None:
-                raise ContextError("a project fact needs a context with a project_id")
-            return project_facts(context.project_id)
-        if scope == "user":
-            return user_facts(context.user_id, context.agent_name)
-        raise ValueError(f"facts are stored for scope 'user' or 'project', got {scope!r}")
+    @property
+    def settings(self) -> Settings | None:
+        """The graph's settings the repository was built with (None is ``Settings()``)."""
+        return self._search.settings
 
-    @staticmethod
-    def _checked(candidate: FactCandidate, decision: Decision) -> str | None:
-        """The target scope of an accepted decision, None when not accepted."""
-        if not decision.accepted:
-            return None
-        reason = static_rejection(candidate)
-        if reason is not None:
-            raise ValueError(f"refusing to remember {candidate.key!r}: {reason}")
-        if decision.target is None or decision.target != candidate.scope:
-            raise ValueError(
-                f"decision target {decision.target!r} does not match scope {candidate.scope!r}"
-            )
-        return decision.target
+    def _sources(self, context: Context, query: str, limit: int, leading: int = 0) -> Gathered:
+        """The candidates of a search (``MemorySearch.sources``), run with the sync API."""
+        return drive(self._search.sources(context, query, limit, leading))
 
-    # -- facts --------------------------------------------------------------------------
+    async def _asources(
+        self, context: Context, query: str, limit: int, leading: int = 0
+    ) -> Gathered:
+        """Async :meth:`_sources`."""
+        return await adrive(self._search.sources(context, query, limit, leading))
 
     def add_fact(
         self,
@@ -222,22 +183,19 @@ class MemoryRepository:
             ContextError: ``scope="project"`` with a context without a ``project_id``.
 
         """
-        moment = utc(created_at)
-        plan = self._fact_write(
+        write = self._writer.fact_write(
             context,
             content,
             key,
             category,
             confidence,
-            moment,
+            utc(created_at),
             scope,
             source_thread,
             evidence,
             provenance,
         )
-        value = plan.value(self.store.get(plan.namespace, plan.key))
-        put_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
-        return plan.fact(value)
+        return drive(self._writer.written(write))
 
     async def aadd_fact(
         self,
@@ -254,22 +212,19 @@ class MemoryRepository:
         provenance: Provenance = "api",
     ) -> Fact:
         """Async :meth:`add_fact`."""
-        moment = utc(created_at)
-        plan = self._fact_write(
+        write = self._writer.fact_write(
             context,
             content,
             key,
             category,
             confidence,
-            moment,
+            utc(created_at),
             scope,
             source_thread,
             evidence,
             provenance,
         )
-        value = plan.value(await self.store.aget(plan.namespace, plan.key))
-        await aput_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
-        return plan.fact(value)
+        return await adrive(self._writer.written(write))
 
     def add_facts(
         self,
@@ -303,69 +258,9 @@ class MemoryRepository:
             ContextError: As :meth:`add_fact`.
 
         """
-        moment = utc(created_at)
-        plans = [
-            self._fact_write(
-                context, text, None, category, confidence, moment, scope, provenance=provenance
-            )
-            for text in contents
-        ]
-        for start in range(0, len(plans), BATCH):
-            chunk = plans[start : start + BATCH]
-            stored = self.store.batch([GetOp(plan.namespace, plan.key) for plan in chunk])
-            put_facts(
-                self.store,
-                [
-                    plan.put_op(old if isinstance(old, Item) else None)
-                    for plan, old in zip(chunk, stored, strict=True)
-                ],
-            )
-        return len(plans)
-
-    def _fact_write(
-        self,
-        context: Context,
-        content: str,
-        key: str | None,
-        category: Category,
-        confidence: float,
-        now: datetime,
-        scope: Literal["user", "project"],
-        source_thread: str | None = None,
-        evidence: str | None = None,
-        provenance: Provenance = "api",
-    ) -> FactWrite:
-        """The plan of a direct write, its arguments checked (no I/O)."""
-        if provenance not in DIRECT_PROVENANCES:
-            raise ValueError(
-                f"a direct write has provenance 'api', 'cli' or 'import', got {provenance!r} "
-                "(only MemoryRepository.remember writes 'extraction')"
-            )
-        text = normalize_text(content)
-        if not text:
-            raise ValueError("a fact needs non-empty content")
-        for label, value in (("content", text), ("evidence", evidence or "")):
-            position = unstorable_position(value)
-            if position is not None:
-                raise ValueError(unstorable_problem(f"the fact's {label}", value, position))
-        if not 0.0 <= confidence <= 1.0:
-            raise ValueError(f"confidence must be within 0..1, got {confidence}")
-        resolved = default_key(text) if key is None else slug_key(key)
-        if not resolved or len(resolved) > 80:
-            raise ValueError(f"a fact key must be 1-80 snake_case characters, got {key!r}")
-        merge = partial(
-            merged_value,
-            key=resolved,
-            content=text,
-            category=category,
-            confidence=confidence,
-            now=now,
-            source_thread=source_thread,
-            evidence=evidence,
-            confirmed=False,
-            provenance=provenance,
+        return self._exchange.add_facts(
+            context, contents, category, confidence, created_at, scope, provenance
         )
-        return FactWrite(self._namespace(context, scope), resolved, scope, merge)
 
     def remember(
         self,
@@ -397,12 +292,8 @@ class MemoryRepository:
             ContextError: A project candidate with a context without a ``project_id``.
 
         """
-        plan = self._remember_write(context, candidate, decision, thread_id, now, confirmed)
-        if plan is None:
-            return None
-        value = plan.value(self.store.get(plan.namespace, plan.key))
-        put_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
-        return plan.fact(value)
+        write = self._writer.remember_write(context, candidate, decision, thread_id, now, confirmed)
+        return None if write is None else drive(self._writer.written(write))
 
     async def aremember(
         self,
@@ -415,53 +306,8 @@ class MemoryRepository:
         confirmed: bool = False,
     ) -> Fact | None:
         """Async :meth:`remember`."""
-        plan = self._remember_write(context, candidate, decision, thread_id, now, confirmed)
-        if plan is None:
-            return None
-        value = plan.value(await self.store.aget(plan.namespace, plan.key))
-        await aput_facts(self.store, [PutOp(plan.namespace, plan.key, value, index=plan.index)])
-        return plan.fact(value)
-
-    def _remember_write(
-        self,
-        context: Context,
-        candidate: FactCandidate,
-        decision: Decision,
-        thread_id: str,
-        now: datetime | None,
-        confirmed: bool,
-    ) -> FactWrite | None:
-        """The plan of storing an accepted candidate; None when the decision rejected it."""
-        scope = self._checked(candidate, decision)
-        if scope is None:
-            return None
-        merge = partial(
-            merged_value,
-            key=candidate.key,
-            content=safe_text(normalize_text(candidate.content)),
-            category=candidate.category,
-            confidence=candidate.confidence,
-            now=utc(now),
-            source_thread=thread_id,
-            evidence=safe_text(candidate.evidence_text),
-            confirmed=confirmed,
-            provenance="extraction",
-        )
-        fact_scope: FactScope = "project" if scope == "project" else "user"
-        return FactWrite(self._namespace(context, scope), candidate.key, fact_scope, merge)
-
-    @staticmethod
-    def _facts(rows: list[tuple[str, Mapping[str, Any]]], scope: FactScope) -> list[Fact]:
-        facts = [fact_from_value(key, value, scope) for key, value in rows]
-        return sorted(facts, key=lambda fact: (fact.created_at, fact.id))
-
-    def _listed(self, context: Context, scope: FactScope) -> list[Fact]:
-        namespace = self._namespace(context, scope)
-        return self._facts(fact_index_cache.values(self.store, namespace), scope)
-
-    async def _alisted(self, context: Context, scope: FactScope) -> list[Fact]:
-        namespace = self._namespace(context, scope)
-        return self._facts(await fact_index_cache.avalues(self.store, namespace), scope)
+        write = self._writer.remember_write(context, candidate, decision, thread_id, now, confirmed)
+        return None if write is None else await adrive(self._writer.written(write))
 
     def list_user_facts(self, context: Context) -> list[Fact]:
         """The facts this agent keeps about this user.
@@ -473,11 +319,11 @@ class MemoryRepository:
             The facts, oldest first.
 
         """
-        return self._listed(context, "user")
+        return drive(self._reads.facts(context, "user"))
 
     async def alist_user_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_user_facts`."""
-        return await self._alisted(context, "user")
+        return await adrive(self._reads.facts(context, "user"))
 
     def list_project_facts(self, context: Context) -> list[Fact]:
         """The facts of the context's project.
@@ -489,15 +335,11 @@ class MemoryRepository:
             The facts, oldest first; empty without a project.
 
         """
-        if context.project_id is None:
-            return []
-        return self._listed(context, "project")
+        return drive(self._reads.facts(context, "project"))
 
     async def alist_project_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_project_facts`."""
-        if context.project_id is None:
-            return []
-        return await self._alisted(context, "project")
+        return await adrive(self._reads.facts(context, "project"))
 
     def list_facts(self, context: Context) -> list[Fact]:
         """User facts for this agent, then the project's facts when the context has a project.
@@ -509,21 +351,11 @@ class MemoryRepository:
             :meth:`list_user_facts` followed by :meth:`list_project_facts`.
 
         """
-        return [*self.list_user_facts(context), *self.list_project_facts(context)]
+        return drive(self._reads.facts(context, "user", "project"))
 
     async def alist_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_facts`."""
-        return [*await self.alist_user_facts(context), *await self.alist_project_facts(context)]
-
-    # -- search -----------------------------------------------------------------------------
-
-    def _search_scopes(self, context: Context) -> list[tuple[tuple[str, ...], FactScope]]:
-        scopes: list[tuple[tuple[str, ...], FactScope]] = [
-            (self._namespace(context, "user"), "user")
-        ]
-        if context.project_id is not None:
-            scopes.append((self._namespace(context, "project"), "project"))
-        return scopes
+        return await adrive(self._reads.facts(context, "user", "project"))
 
     def search(
         self,
@@ -562,28 +394,7 @@ class MemoryRepository:
             SettingsError: The context's settings cannot apply to the repository's.
 
         """
-        check_search(query, top_k)
-        sources, _ = self._sources(context, query, candidate_pool(top_k))
-        return self._ranked(context, query, sources, top_k, now, age_from)
-
-    def _ranked(
-        self,
-        context: Context,
-        query: str,
-        sources: Sequence[Source],
-        top_k: int,
-        now: datetime | None,
-        age_from: AgeFrom | None,
-    ) -> list[Fact]:
-        """The ranker's best ``top_k`` of ``sources`` (the one place the ranker is called)."""
-        moment = age_from_of(context, age_from, self.settings)
-        ranked = self.ranker(sources, top_k, now, moment, query=query)
-        if not isinstance(ranked, list) or not all(isinstance(f, Fact) for f in ranked):
-            raise TypeError(
-                f"the memory ranker {self.ranker!r} must return a list of Fact records, "
-                f"got {ranked!r:.200}"
-            )
-        return ranked[:top_k]
+        return drive(self._search.search(context, query, top_k, now, age_from))
 
     def reindex(self, context: Context) -> int:
         """Embed the facts of this user and agent (and project) that have no vector.
@@ -599,109 +410,7 @@ class MemoryRepository:
             How many facts were embedded.
 
         """
-        embedded = 0
-        for namespace, _ in self._search_scopes(context):
-            values = dict(fact_index_cache.values(self.store, namespace))
-            embedded += reindex(self.store, namespace, values)
-        return embedded
-
-    def _similarity(self, query: str) -> QuerySimilarity | None:
-        """The semantic side of a search for ``query``; None in lexical mode."""
-        if semantic_enabled(self.store) and bool(query.strip()):
-            return QuerySimilarity(self.store, query)
-        return None
-
-    def _sources(
-        self, context: Context, query: str, limit: int, leading: int = 0
-    ) -> tuple[list[Source], list[LeadingFact]]:
-        """Candidates per namespace, each namespace refreshed once.
-
-        ``limit`` BM25 (and semantic) candidates for ``query`` and, with ``leading``, that
-        many of the most confident corrections and facts. In hybrid mode the query is
-        embedded once and the nearest stored vectors are asked for first, so the index
-        refresh that follows covers them and gives their exact BM25; the BM25 hits they
-        miss are scored against the same query vector. When the embedder fails, this
-        search is lexical (one warning).
-        """
-        terms = tokenize(query)
-        similarity = self._similarity(query)
-        if similarity is not None:
-            try:
-                similarity.embed([space for space, _ in self._search_scopes(context)])
-                return self._gathered(context, terms, similarity, limit, leading)
-            except EmbeddingError as error:
-                lexical_fallback(error)
-        return self._gathered(context, terms, None, limit, leading)
-
-    def _gathered(
-        self,
-        context: Context,
-        terms: Sequence[str],
-        similarity: QuerySimilarity | None,
-        limit: int,
-        leading: int,
-    ) -> tuple[list[Source], list[LeadingFact]]:
-        sources: list[Source] = []
-        first: list[LeadingFact] = []
-        for namespace, scope in self._search_scopes(context):
-            near = None if similarity is None else similarity.neighbours(namespace, limit)
-            found = fact_index_cache.lookup(
-                self.store,
-                namespace,
-                terms,
-                limit,
-                leading=leading,
-                extra_keys=[] if near is None else [key for key, _ in near.scores],
-            )
-            semantic = None
-            if similarity is not None and near is not None:
-                semantic = similarity.complete(namespace, near, found)
-            sources.append(Source(scope, found.hits, semantic))
-            first += [(scope, key, value) for key, value in found.leading]
-        return sources, first
-
-    async def _asources(
-        self, context: Context, query: str, limit: int, leading: int = 0
-    ) -> tuple[list[Source], list[LeadingFact]]:
-        """Async :meth:`_sources`."""
-        terms = tokenize(query)
-        similarity = self._similarity(query)
-        if similarity is not None:
-            try:
-                await similarity.aembed(
-                    [namespace for namespace, _ in self._search_scopes(context)]
-                )
-                return await self._agathered(context, terms, similarity, limit, leading)
-            except EmbeddingError as error:
-                lexical_fallback(error)
-        return await self._agathered(context, terms, None, limit, leading)
-
-    async def _agathered(
-        self,
-        context: Context,
-        terms: Sequence[str],
-        similarity: QuerySimilarity | None,
-        limit: int,
-        leading: int,
-    ) -> tuple[list[Source], list[LeadingFact]]:
-        sources: list[Source] = []
-        first: list[LeadingFact] = []
-        for namespace, scope in self._search_scopes(context):
-            near = None if similarity is None else await similarity.aneighbours(namespace, limit)
-            found = await fact_index_cache.alookup(
-                self.store,
-                namespace,
-                terms,
-                limit,
-                leading=leading,
-                extra_keys=[] if near is None else [key for key, _ in near.scores],
-            )
-            semantic = None
-            if similarity is not None and near is not None:
-                semantic = await similarity.acomplete(namespace, near, found)
-            sources.append(Source(scope, found.hits, semantic))
-            first += [(scope, key, value) for key, value in found.leading]
-        return sources, first
+        return self._search.reindex(context)
 
     async def asearch(
         self,
@@ -713,9 +422,7 @@ class MemoryRepository:
         age_from: AgeFrom | None = None,
     ) -> list[Fact]:
         """Async :meth:`search`."""
-        check_search(query, top_k)
-        sources, _ = await self._asources(context, query, candidate_pool(top_k))
-        return self._ranked(context, query, sources, top_k, now, age_from)
+        return await adrive(self._search.search(context, query, top_k, now, age_from))
 
     def memory_candidates(
         self,
@@ -749,9 +456,7 @@ class MemoryRepository:
             SettingsError: As :meth:`search`.
 
         """
-        text = query or ""
-        sources, first = self._sources(context, text, candidate_pool(limit), leading=limit)
-        return leading_facts(self._ranked(context, text, sources, limit, now, age_from), first)
+        return drive(self._search.memory_candidates(context, query, limit, now, age_from))
 
     async def amemory_candidates(
         self,
@@ -763,9 +468,7 @@ class MemoryRepository:
         age_from: AgeFrom | None = None,
     ) -> list[Fact]:
         """Async :meth:`memory_candidates`."""
-        text = query or ""
-        sources, first = await self._asources(context, text, candidate_pool(limit), leading=limit)
-        return leading_facts(self._ranked(context, text, sources, limit, now, age_from), first)
+        return await adrive(self._search.memory_candidates(context, query, limit, now, age_from))
 
     def forget(self, context: Context, key: str) -> bool:
         """Delete the fact ``key`` from the user's facts, else from the project's.
@@ -778,27 +481,11 @@ class MemoryRepository:
             True if a fact was deleted, False if neither namespace has ``key``.
 
         """
-        for scope in ("user", "project"):
-            if scope == "project" and context.project_id is None:
-                continue
-            namespace = self._namespace(context, scope)
-            if self.store.get(namespace, key) is not None:
-                self.store.delete(namespace, key)
-                return True
-        return False
+        return drive(self._writer.forget(context, key))
 
     async def aforget(self, context: Context, key: str) -> bool:
         """Async :meth:`forget`."""
-        for scope in ("user", "project"):
-            if scope == "project" and context.project_id is None:
-                continue
-            namespace = self._namespace(context, scope)
-            if await self.store.aget(namespace, key) is not None:
-                await self.store.adelete(namespace, key)
-                return True
-        return False
-
-    # -- profile ------------------------------------------------------------------------
+        return await adrive(self._writer.forget(context, key))
 
     def get_profile(self, context: Context) -> dict[str, str]:
         """The user's profile (one per user, shared by agents and projects).
@@ -810,11 +497,11 @@ class MemoryRepository:
             Every profile section by name; empty strings when nothing is known.
 
         """
-        return profile_sections(self.store.get(user_profile(context.user_id), PROFILE_KEY))
+        return drive(self._reads.profile(context))
 
     async def aget_profile(self, context: Context) -> dict[str, str]:
         """Async :meth:`get_profile`."""
-        return profile_sections(await self.store.aget(user_profile(context.user_id), PROFILE_KEY))
+        return await adrive(self._reads.profile(context))
 
     def update_profile(
         self, context: Context, update: ProfileUpdate, *, now: datetime | None = None
@@ -834,26 +521,13 @@ class MemoryRepository:
                 not about the user).
 
         """
-        namespace = user_profile(context.user_id)
-        stored = self.store.get(namespace, PROFILE_KEY)
-        value = profile_value(stored, update, utc(now))
-        self.store.put(namespace, PROFILE_KEY, value, index=False)
-        return dict(value["sections"])
+        return drive(self._writer.update_profile(context, update, now))
 
     async def aupdate_profile(
         self, context: Context, update: ProfileUpdate, *, now: datetime | None = None
     ) -> dict[str, str]:
         """Async :meth:`update_profile`."""
-        namespace = user_profile(context.user_id)
-        stored = await self.store.aget(namespace, PROFILE_KEY)
-        value = profile_value(stored, update, utc(now))
-        await self.store.aput(namespace, PROFILE_KEY, value, index=False)
-        return dict(value["sections"])
-
-    # -- problems -----------------------------------------------------------------------
-
-    def _problem_spaces(self, context: Context) -> list[tuple[str, ...]]:
-        return [namespace for namespace, _ in self._search_scopes(context)]
+        return await adrive(self._writer.update_profile(context, update, now))
 
     def problems(self, context: Context) -> list[Problem]:
         """The stored items of this user, agent (and project) that every reader skips.
@@ -866,39 +540,11 @@ class MemoryRepository:
             Each malformed fact (by namespace, then key), then a malformed profile.
 
         """
-        found = [
-            Problem(namespace, key, problem)
-            for namespace in self._problem_spaces(context)
-            for key, problem in fact_index_cache.problems(self.store, namespace)
-        ]
-        profile = profile_problem(self.store.get(user_profile(context.user_id), PROFILE_KEY))
-        return found if profile is None else [*found, profile]
+        return drive(self._reads.problems(context))
 
     async def aproblems(self, context: Context) -> list[Problem]:
         """Async :meth:`problems`."""
-        found = [
-            Problem(namespace, key, problem)
-            for namespace in self._problem_spaces(context)
-            for key, problem in await fact_index_cache.aproblems(self.store, namespace)
-        ]
-        stored = await self.store.aget(user_profile(context.user_id), PROFILE_KEY)
-        profile = profile_problem(stored)
-        return found if profile is None else [*found, profile]
-
-    # -- export -------------------------------------------------------------------------
-
-    @staticmethod
-    def _export(
-        context: Context, profile: dict[str, str], facts: list[Fact], shared: list[Fact]
-    ) -> dict[str, Any]:
-        return {
-            "user_id": context.user_id,
-            "agent_name": context.agent_name,
-            "project_id": context.project_id,
-            "profile": profile,
-            "facts": [fact.to_dict() for fact in facts],
-            "project_facts": [fact.to_dict() for fact in shared],
-        }
+        return await adrive(self._reads.problems(context))
 
     def export(self, context: Context) -> dict[str, Any]:
         """Everything remembered for this user, agent and project.
@@ -911,23 +557,11 @@ class MemoryRepository:
             ``profile``, ``facts`` and ``project_facts`` (each fact as ``Fact.to_dict``).
 
         """
-        return self._export(
-            context,
-            self.get_profile(context),
-            self.list_user_facts(context),
-            self.list_project_facts(context),
-        )
+        return drive(self._exchange.export(context))
 
     async def aexport(self, context: Context) -> dict[str, Any]:
         """Async :meth:`export`."""
-        return self._export(
-            context,
-            await self.aget_profile(context),
-            await self.alist_user_facts(context),
-            await self.alist_project_facts(context),
-        )
-
-    # -- batched reads ------------------------------------------------------------------
+        return await adrive(self._exchange.export(context))
 
     def profile_op(self, context: Context) -> GetOp:
         """The Store read of the user's profile, to batch with other reads.
@@ -939,9 +573,7 @@ class MemoryRepository:
             The read; :meth:`profile_of` turns its result into the profile.
 
         """
-        config = self.store.ttl_config
-        refresh = config.get("refresh_on_read", True) if config is not None else True
-        return GetOp(user_profile(context.user_id), PROFILE_KEY, refresh)
+        return self._reads.profile_op(context)
 
     @staticmethod
     def profile_of(item: Item | None) -> dict[str, str]:
@@ -954,4 +586,4 @@ class MemoryRepository:
             The profile, as :meth:`get_profile` gives it.
 
         """
-        return profile_sections(item)
+        return MemoryReads.profile_of(item)
