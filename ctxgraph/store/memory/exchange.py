@@ -10,7 +10,7 @@ from typing import Any, Literal
 from langgraph.store.base import GetOp, Item
 
 from ctxgraph.state.context import Context
-from ctxgraph.store.memory.calls import Plan
+from ctxgraph.state.sans_io import Flow
 from ctxgraph.store.memory.facts import Provenance
 from ctxgraph.store.memory.reads import MemoryReads
 from ctxgraph.store.memory.rules import Category
@@ -31,7 +31,7 @@ class MemoryExchange:
     reads: MemoryReads
     writer: MemoryWriter
 
-    def export(self, context: Context) -> Plan[dict[str, Any]]:
+    def export(self, context: Context) -> Flow[dict[str, Any]]:
         """Everything remembered for the context (``MemoryRepository.export``)."""
         profile = yield from self.reads.profile(context)
         facts = yield from self.reads.facts(context, "user")

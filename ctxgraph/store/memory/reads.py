@@ -1,7 +1,7 @@
 """What the memory repository reads: the facts of a scope, the profile and the problems.
 
-Each method returns a plan (``calls.Plan``); ``MemoryRepository`` runs it with ``drive`` for
-its sync method and ``adrive`` for the async twin.
+Each method returns a flow (``state.sans_io``); ``MemoryRepository`` runs it with ``run``
+for its sync method and ``arun`` for the async twin.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from langgraph.store.base import BaseStore, GetOp, Item
 
 from ctxgraph.state.context import Context
-from ctxgraph.store.memory.calls import Plan, call
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.store.memory.facts import Fact, FactScope, Problem, fact_from_value
 from ctxgraph.store.memory.scopes import fact_namespace, search_scopes
 from ctxgraph.store.memory.writes import PROFILE_KEY, profile_problem, profile_sections
@@ -35,7 +35,7 @@ class MemoryReads:
 
     store: BaseStore
 
-    def facts(self, context: Context, *scopes: FactScope) -> Plan[list[Fact]]:
+    def facts(self, context: Context, *scopes: FactScope) -> Flow[list[Fact]]:
         """The facts of each of ``scopes`` in turn, each oldest first.
 
         A ``"project"`` scope of a context without a project has no facts.
@@ -45,29 +45,29 @@ class MemoryReads:
             if scope == "project" and context.project_id is None:
                 continue
             namespace = fact_namespace(context, scope)
-            rows = yield call(
+            rows = yield from io(
                 fact_index_cache.values, fact_index_cache.avalues, self.store, namespace
             )
             found += sorted_facts(rows, scope)
         return found
 
-    def profile(self, context: Context) -> Plan[dict[str, str]]:
+    def profile(self, context: Context) -> Flow[dict[str, str]]:
         """The user's profile, every section by name (``MemoryRepository.get_profile``)."""
         namespace = user_profile(context.user_id)
-        item = yield call(self.store.get, self.store.aget, namespace, PROFILE_KEY)
+        item = yield from io(self.store.get, self.store.aget, namespace, PROFILE_KEY)
         return profile_sections(item)
 
-    def problems(self, context: Context) -> Plan[list[Problem]]:
+    def problems(self, context: Context) -> Flow[list[Problem]]:
         """The malformed facts, then a malformed profile (``MemoryRepository.problems``)."""
         found: list[Problem] = []
         for namespace, _ in search_scopes(context):
-            keyed = yield call(
+            keyed = yield from io(
                 fact_index_cache.problems, fact_index_cache.aproblems, self.store, namespace
             )
             found += [Problem(namespace, key, problem) for key, problem in keyed]
         namespace = user_profile(context.user_id)
         profile = profile_problem(
-            (yield call(self.store.get, self.store.aget, namespace, PROFILE_KEY))
+            (yield from io(self.store.get, self.store.aget, namespace, PROFILE_KEY))
         )
         return found if profile is None else [*found, profile]
 

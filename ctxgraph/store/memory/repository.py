@@ -4,7 +4,7 @@
 (facts, profile, problems), ``writer`` (direct and extracted facts, forgetting, the
 profile), ``searcher`` (candidates and the ranker) and ``exchange`` (export and bulk
 import). The pieces return sans-I/O plans (``calls``); each sync method runs its plan with
-``drive`` and its ``a``-prefixed twin with ``adrive``.
+``run`` and its ``a``-prefixed twin with ``arun``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Literal
 from langgraph.store.base import BaseStore, GetOp, Item
 
 from ctxgraph.state.context import Context
+from ctxgraph.state.sans_io import arun, run
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.calls import adrive, drive
 from ctxgraph.store.memory.exchange import BATCH, MemoryExchange
 from ctxgraph.store.memory.facts import Fact, Problem, Provenance
 from ctxgraph.store.memory.ranking import Ranker, rank
@@ -128,13 +128,13 @@ class MemoryRepository:
 
     def _sources(self, context: Context, query: str, limit: int, leading: int = 0) -> Gathered:
         """The candidates of a search (``MemorySearch.sources``), run with the sync API."""
-        return drive(self._search.sources(context, query, limit, leading))
+        return run(self._search.sources(context, query, limit, leading))
 
     async def _asources(
         self, context: Context, query: str, limit: int, leading: int = 0
     ) -> Gathered:
         """Async :meth:`_sources`."""
-        return await adrive(self._search.sources(context, query, limit, leading))
+        return await arun(self._search.sources(context, query, limit, leading))
 
     def add_fact(
         self,
@@ -195,7 +195,7 @@ class MemoryRepository:
             evidence,
             provenance,
         )
-        return drive(self._writer.written(write))
+        return run(self._writer.written(write))
 
     async def aadd_fact(
         self,
@@ -224,7 +224,7 @@ class MemoryRepository:
             evidence,
             provenance,
         )
-        return await adrive(self._writer.written(write))
+        return await arun(self._writer.written(write))
 
     def add_facts(
         self,
@@ -293,7 +293,7 @@ class MemoryRepository:
 
         """
         write = self._writer.remember_write(context, candidate, decision, thread_id, now, confirmed)
-        return None if write is None else drive(self._writer.written(write))
+        return None if write is None else run(self._writer.written(write))
 
     async def aremember(
         self,
@@ -307,7 +307,7 @@ class MemoryRepository:
     ) -> Fact | None:
         """Async :meth:`remember`."""
         write = self._writer.remember_write(context, candidate, decision, thread_id, now, confirmed)
-        return None if write is None else await adrive(self._writer.written(write))
+        return None if write is None else await arun(self._writer.written(write))
 
     def list_user_facts(self, context: Context) -> list[Fact]:
         """The facts this agent keeps about this user.
@@ -319,11 +319,11 @@ class MemoryRepository:
             The facts, oldest first.
 
         """
-        return drive(self._reads.facts(context, "user"))
+        return run(self._reads.facts(context, "user"))
 
     async def alist_user_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_user_facts`."""
-        return await adrive(self._reads.facts(context, "user"))
+        return await arun(self._reads.facts(context, "user"))
 
     def list_project_facts(self, context: Context) -> list[Fact]:
         """The facts of the context's project.
@@ -335,11 +335,11 @@ class MemoryRepository:
             The facts, oldest first; empty without a project.
 
         """
-        return drive(self._reads.facts(context, "project"))
+        return run(self._reads.facts(context, "project"))
 
     async def alist_project_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_project_facts`."""
-        return await adrive(self._reads.facts(context, "project"))
+        return await arun(self._reads.facts(context, "project"))
 
     def list_facts(self, context: Context) -> list[Fact]:
         """User facts for this agent, then the project's facts when the context has a project.
@@ -351,11 +351,11 @@ class MemoryRepository:
             :meth:`list_user_facts` followed by :meth:`list_project_facts`.
 
         """
-        return drive(self._reads.facts(context, "user", "project"))
+        return run(self._reads.facts(context, "user", "project"))
 
     async def alist_facts(self, context: Context) -> list[Fact]:
         """Async :meth:`list_facts`."""
-        return await adrive(self._reads.facts(context, "user", "project"))
+        return await arun(self._reads.facts(context, "user", "project"))
 
     def search(
         self,
@@ -394,7 +394,7 @@ class MemoryRepository:
             SettingsError: The context's settings cannot apply to the repository's.
 
         """
-        return drive(self._search.search(context, query, top_k, now, age_from))
+        return run(self._search.search(context, query, top_k, now, age_from))
 
     def reindex(self, context: Context) -> int:
         """Embed the facts of this user and agent (and project) that have no vector.
@@ -422,7 +422,7 @@ class MemoryRepository:
         age_from: AgeFrom | None = None,
     ) -> list[Fact]:
         """Async :meth:`search`."""
-        return await adrive(self._search.search(context, query, top_k, now, age_from))
+        return await arun(self._search.search(context, query, top_k, now, age_from))
 
     def memory_candidates(
         self,
@@ -456,7 +456,7 @@ class MemoryRepository:
             SettingsError: As :meth:`search`.
 
         """
-        return drive(self._search.memory_candidates(context, query, limit, now, age_from))
+        return run(self._search.memory_candidates(context, query, limit, now, age_from))
 
     async def amemory_candidates(
         self,
@@ -468,7 +468,7 @@ class MemoryRepository:
         age_from: AgeFrom | None = None,
     ) -> list[Fact]:
         """Async :meth:`memory_candidates`."""
-        return await adrive(self._search.memory_candidates(context, query, limit, now, age_from))
+        return await arun(self._search.memory_candidates(context, query, limit, now, age_from))
 
     def forget(self, context: Context, key: str) -> bool:
         """Delete the fact ``key`` from the user's facts, else from the project's.
@@ -481,11 +481,11 @@ class MemoryRepository:
             True if a fact was deleted, False if neither namespace has ``key``.
 
         """
-        return drive(self._writer.forget(context, key))
+        return run(self._writer.forget(context, key))
 
     async def aforget(self, context: Context, key: str) -> bool:
         """Async :meth:`forget`."""
-        return await adrive(self._writer.forget(context, key))
+        return await arun(self._writer.forget(context, key))
 
     def get_profile(self, context: Context) -> dict[str, str]:
         """The user's profile (one per user, shared by agents and projects).
@@ -497,11 +497,11 @@ class MemoryRepository:
             Every profile section by name; empty strings when nothing is known.
 
         """
-        return drive(self._reads.profile(context))
+        return run(self._reads.profile(context))
 
     async def aget_profile(self, context: Context) -> dict[str, str]:
         """Async :meth:`get_profile`."""
-        return await adrive(self._reads.profile(context))
+        return await arun(self._reads.profile(context))
 
     def update_profile(
         self, context: Context, update: ProfileUpdate, *, now: datetime | None = None
@@ -521,13 +521,13 @@ class MemoryRepository:
                 not about the user).
 
         """
-        return drive(self._writer.update_profile(context, update, now))
+        return run(self._writer.update_profile(context, update, now))
 
     async def aupdate_profile(
         self, context: Context, update: ProfileUpdate, *, now: datetime | None = None
     ) -> dict[str, str]:
         """Async :meth:`update_profile`."""
-        return await adrive(self._writer.update_profile(context, update, now))
+        return await arun(self._writer.update_profile(context, update, now))
 
     def problems(self, context: Context) -> list[Problem]:
         """The stored items of this user, agent (and project) that every reader skips.
@@ -540,11 +540,11 @@ class MemoryRepository:
             Each malformed fact (by namespace, then key), then a malformed profile.
 
         """
-        return drive(self._reads.problems(context))
+        return run(self._reads.problems(context))
 
     async def aproblems(self, context: Context) -> list[Problem]:
         """Async :meth:`problems`."""
-        return await adrive(self._reads.problems(context))
+        return await arun(self._reads.problems(context))
 
     def export(self, context: Context) -> dict[str, Any]:
         """Everything remembered for this user, agent and project.
@@ -557,11 +557,11 @@ class MemoryRepository:
             ``profile``, ``facts`` and ``project_facts`` (each fact as ``Fact.to_dict``).
 
         """
-        return drive(self._exchange.export(context))
+        return run(self._exchange.export(context))
 
     async def aexport(self, context: Context) -> dict[str, Any]:
         """Async :meth:`export`."""
-        return await adrive(self._exchange.export(context))
+        return await arun(self._exchange.export(context))
 
     def profile_op(self, context: Context) -> GetOp:
         """The Store read of the user's profile, to batch with other reads.

@@ -1,8 +1,8 @@
 """How the memory repository searches: candidates per namespace, then the ranker's order.
 
 Lexical (BM25) candidates, joined by semantic neighbours when the Store has a vector
-index (``store.search.hybrid``), are gathered as a plan (``calls.Plan``) that
-``MemoryRepository`` runs with ``drive`` or ``adrive``; the ranker orders them.
+index (``store.search.hybrid``), are gathered as a plan (a flow, ``state.sans_io``) that
+``MemoryRepository`` runs with ``run`` or ``arun``; the ranker orders them.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from datetime import datetime
 from langgraph.store.base import BaseStore
 
 from ctxgraph.state.context import Context
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.calls import Plan, call
 from ctxgraph.store.memory.facts import Fact
 from ctxgraph.store.memory.ranking import (
     LeadingFact,
@@ -71,7 +71,7 @@ class MemorySearch:
         top_k: int,
         now: datetime | None,
         age_from: AgeFrom | None,
-    ) -> Plan[list[Fact]]:
+    ) -> Flow[list[Fact]]:
         """The best ``top_k`` facts for ``query`` (``MemoryRepository.search``)."""
         check_search(query, top_k)
         sources, _ = yield from self.sources(context, query, candidate_pool(top_k))
@@ -84,7 +84,7 @@ class MemorySearch:
         limit: int,
         now: datetime | None,
         age_from: AgeFrom | None,
-    ) -> Plan[list[Fact]]:
+    ) -> Flow[list[Fact]]:
         """The facts the memory view offers (``MemoryRepository.memory_candidates``)."""
         text = query or ""
         sources, first = yield from self.sources(
@@ -124,7 +124,7 @@ class MemorySearch:
             embedded += reindex(self.store, namespace, values)
         return embedded
 
-    def sources(self, context: Context, query: str, limit: int, leading: int = 0) -> Plan[Gathered]:
+    def sources(self, context: Context, query: str, limit: int, leading: int = 0) -> Flow[Gathered]:
         """Candidates per namespace, each namespace refreshed once.
 
         ``limit`` BM25 (and semantic) candidates for ``query`` and, with ``leading``, that
@@ -141,7 +141,7 @@ class MemorySearch:
         if similarity is not None:
             try:
                 spaces = [namespace for namespace, _ in search_scopes(context)]
-                yield call(similarity.embed, similarity.aembed, spaces)
+                yield from io(similarity.embed, similarity.aembed, spaces)
                 return (yield from self._gathered(context, terms, similarity, limit, leading))
             except EmbeddingError as error:
                 lexical_fallback(error)
@@ -154,14 +154,16 @@ class MemorySearch:
         similarity: QuerySimilarity | None,
         limit: int,
         leading: int,
-    ) -> Plan[Gathered]:
+    ) -> Flow[Gathered]:
         sources: list[Source] = []
         first: list[LeadingFact] = []
         for namespace, scope in search_scopes(context):
             near = None
             if similarity is not None:
-                near = yield call(similarity.neighbours, similarity.aneighbours, namespace, limit)
-            found = yield call(
+                near = yield from io(
+                    similarity.neighbours, similarity.aneighbours, namespace, limit
+                )
+            found = yield from io(
                 fact_index_cache.lookup,
                 fact_index_cache.alookup,
                 self.store,
@@ -173,7 +175,7 @@ class MemorySearch:
             )
             semantic = None
             if similarity is not None and near is not None:
-                semantic = yield call(
+                semantic = yield from io(
                     similarity.complete, similarity.acomplete, namespace, near, found
                 )
             sources.append(Source(scope, found.hits, semantic))

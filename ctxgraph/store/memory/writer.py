@@ -1,7 +1,7 @@
 """What the memory repository writes: direct and extracted facts, forgetting and the profile.
 
 Each write is checked and planned before any I/O (``writes.FactWrite``), then returned as a
-plan (``calls.Plan``) that ``MemoryRepository`` runs with ``drive`` or ``adrive``.
+plan (a flow, ``state.sans_io``) that ``MemoryRepository`` runs with ``run`` or ``arun``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from langgraph.store.base import BaseStore, PutOp
 
 from ctxgraph.state.context import Context
 from ctxgraph.state.messages import safe_text, unstorable_position, unstorable_problem
-from ctxgraph.store.memory.calls import Plan, call
+from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.store.memory.facts import Fact, FactScope, Provenance
 from ctxgraph.store.memory.rules import (
     Category,
@@ -153,28 +153,28 @@ class MemoryWriter:
         fact_scope: FactScope = "project" if scope == "project" else "user"
         return FactWrite(fact_namespace(context, scope), candidate.key, fact_scope, merge)
 
-    def written(self, write: FactWrite) -> Plan[Fact]:
+    def written(self, write: FactWrite) -> Flow[Fact]:
         """Read what ``write`` replaces and store the merge; the fact as stored."""
-        stored = yield call(self.store.get, self.store.aget, write.namespace, write.key)
+        stored = yield from io(self.store.get, self.store.aget, write.namespace, write.key)
         value = write.value(stored)
         ops = [PutOp(write.namespace, write.key, value, index=write.index)]
-        yield call(put_facts, aput_facts, self.store, ops)
+        yield from io(put_facts, aput_facts, self.store, ops)
         return write.fact(value)
 
-    def forget(self, context: Context, key: str) -> Plan[bool]:
+    def forget(self, context: Context, key: str) -> Flow[bool]:
         """Delete ``key`` from the user's facts, else the project's; whether one was."""
         for namespace, _ in search_scopes(context):
-            if (yield call(self.store.get, self.store.aget, namespace, key)) is not None:
-                yield call(self.store.delete, self.store.adelete, namespace, key)
+            if (yield from io(self.store.get, self.store.aget, namespace, key)) is not None:
+                yield from io(self.store.delete, self.store.adelete, namespace, key)
                 return True
         return False
 
     def update_profile(
         self, context: Context, update: ProfileUpdate, now: datetime | None
-    ) -> Plan[dict[str, str]]:
+    ) -> Flow[dict[str, str]]:
         """Merge ``update`` into the profile; the whole profile after it."""
         namespace = user_profile(context.user_id)
-        stored = yield call(self.store.get, self.store.aget, namespace, PROFILE_KEY)
+        stored = yield from io(self.store.get, self.store.aget, namespace, PROFILE_KEY)
         value = profile_value(stored, update, utc(now))
-        yield call(self.store.put, self.store.aput, namespace, PROFILE_KEY, value, index=False)
+        yield from io(self.store.put, self.store.aput, namespace, PROFILE_KEY, value, index=False)
         return dict(value["sections"])
