@@ -16,6 +16,7 @@ from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import content_text, is_real_user_message
+from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.store.memory.repository import Fact, MemoryRepository, RepositoryFactory
@@ -91,37 +92,32 @@ class MemoryLoader:
         )
         return {MEMORY_VIEW_KEY: view}
 
-    def load(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Render this turn's memory view into state."""
+    def _load(self, state: AgentState, runtime: Runtime[Context]) -> Flow[dict[str, Any]]:
+        """:meth:`load` as a flow: the repository's reads are its I/O."""
         job = self._job(state, runtime)
         if job is None:
             return {MEMORY_VIEW_KEY: ""}
         context, settings, repository, query = job
         auto = settings.memory_mode == "auto"
-        age_from = settings.memory_age_from
-        now = view_clock()
-        facts = (
-            repository.memory_candidates(context, query, now=now, age_from=age_from) if auto else []
-        )
-        profile = repository.get_profile(context)
+        facts: list[Fact] = []
+        if auto:
+            facts = yield from io(
+                repository.memory_candidates,
+                repository.amemory_candidates,
+                context,
+                query,
+                now=view_clock(),
+                age_from=settings.memory_age_from,
+            )
+        profile = yield from io(repository.get_profile, repository.aget_profile, context)
         # Extraction reuses what was read here (the run's untracked memory_turn channel).
         view = self._render(profile, facts, settings)
         return {**view, **handover(profile, facts if auto else None)}
 
+    def load(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Render this turn's memory view into state."""
+        return run(self._load(state, runtime))
+
     async def aload(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Async :meth:`load`."""
-        job = self._job(state, runtime)
-        if job is None:
-            return {MEMORY_VIEW_KEY: ""}
-        context, settings, repository, query = job
-        auto = settings.memory_mode == "auto"
-        age_from = settings.memory_age_from
-        now = view_clock()
-        facts = (
-            await repository.amemory_candidates(context, query, now=now, age_from=age_from)
-            if auto
-            else []
-        )
-        profile = await repository.aget_profile(context)
-        view = self._render(profile, facts, settings)
-        return {**view, **handover(profile, facts if auto else None)}
+        return await arun(self._load(state, runtime))

@@ -12,6 +12,7 @@ from langgraph.prebuilt import ToolRuntime
 from ctxgraph.nodes.gates import Gate, GatedTool
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
+from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.memory.repository import Fact, MemoryRepository, RepositoryFactory
@@ -82,23 +83,27 @@ class MemorySearch:
         """The graph's settings with the run's overrides, as every node sees them."""
         return effective_settings(context, self._settings)
 
-    def search(self, query: str, runtime: ToolRuntime[Context], limit: int = 5) -> str:
-        """Search this user's long-term memory."""
+    def _search(self, query: str, runtime: ToolRuntime[Context], limit: int) -> Flow[str]:
+        """:meth:`search` as a flow: the repository's search is its one I/O."""
         repository, context = self._setup(runtime, query)
         settings = self._settings_for(context)
-        facts = repository.search(
-            context, query, top_k=clamp_limit(limit), age_from=settings.memory_age_from
+        facts = yield from io(
+            repository.search,
+            repository.asearch,
+            context,
+            query,
+            top_k=clamp_limit(limit),
+            age_from=settings.memory_age_from,
         )
         return visible_results(facts, settings.memory_search_max_tokens, self._counter)
 
+    def search(self, query: str, runtime: ToolRuntime[Context], limit: int = 5) -> str:
+        """Search this user's long-term memory."""
+        return run(self._search(query, runtime, limit))
+
     async def asearch(self, query: str, runtime: ToolRuntime[Context], limit: int = 5) -> str:
         """Async :meth:`search`."""
-        repository, context = self._setup(runtime, query)
-        settings = self._settings_for(context)
-        facts = await repository.asearch(
-            context, query, top_k=clamp_limit(limit), age_from=settings.memory_age_from
-        )
-        return visible_results(facts, settings.memory_search_max_tokens, self._counter)
+        return await arun(self._search(query, runtime, limit))
 
 
 def memory_search_bound(settings: Settings) -> bool:

@@ -12,6 +12,7 @@ from ctxgraph.nodes.compaction.summarizer import transcript
 from ctxgraph.nodes.gates import Gate, GatedTool
 from ctxgraph.nodes.offload.unlocks import has_archive
 from ctxgraph.state.context import Context
+from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
 from ctxgraph.store.persistence.archive import (
@@ -115,6 +116,22 @@ def _by_query(
     )
 
 
+def _read(
+    runtime: ToolRuntime[Context], version: int | None, query: str | None, limit: int
+) -> Flow[str]:
+    """``read_history`` as a flow: the archive read is its one I/O."""
+    limit = _validate(version, query, limit)
+    archive, mark = _archive(runtime), _mark(runtime)
+    upto = committed_version(mark)
+    if version is not None:
+        _check_committed(version, upto)
+        record = yield from io(archive.get, archive.aget, version)
+        return _by_version(record, version, limit, mark)
+    assert query is not None
+    versioned = yield from io(archive.versioned, archive.aversioned, upto=upto)
+    return _by_query(versioned, query, limit, mark)
+
+
 def read_history(
     runtime: ToolRuntime[Context],
     version: int | None = None,
@@ -122,14 +139,7 @@ def read_history(
     limit: int = 20,
 ) -> str:
     """Read archived messages by compaction version or by text."""
-    limit = _validate(version, query, limit)
-    archive, mark = _archive(runtime), _mark(runtime)
-    upto = committed_version(mark)
-    if version is not None:
-        _check_committed(version, upto)
-        return _by_version(archive.get(version), version, limit, mark)
-    assert query is not None
-    return _by_query(archive.versioned(upto=upto), query, limit, mark)
+    return run(_read(runtime, version, query, limit))
 
 
 async def aread_history(
@@ -139,14 +149,7 @@ async def aread_history(
     limit: int = 20,
 ) -> str:
     """Async twin of ``read_history``."""
-    limit = _validate(version, query, limit)
-    archive, mark = _archive(runtime), _mark(runtime)
-    upto = committed_version(mark)
-    if version is not None:
-        _check_committed(version, upto)
-        return _by_version(await archive.aget(version), version, limit, mark)
-    assert query is not None
-    return _by_query(await archive.aversioned(upto=upto), query, limit, mark)
+    return await arun(_read(runtime, version, query, limit))
 
 
 def _no_archive(state: Mapping[str, Any], _settings: Settings) -> str | None:
