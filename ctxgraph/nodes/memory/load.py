@@ -10,16 +10,15 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
 from ctxgraph.nodes.memory.extract import handover
+from ctxgraph.nodes.memory.reader import MemoryReader
 from ctxgraph.nodes.memory.render import render_view
 from ctxgraph.nodes.memory.selection import select_view_facts, view_clock
-from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import TokenCounter
-from ctxgraph.store.memory.repository import Fact, MemoryRepository, RepositoryFactory
+from ctxgraph.store.memory.repository import Fact, MemoryRepository
 
 logger = logging.getLogger("ctxgraph.memory")
 
@@ -35,7 +34,7 @@ def latest_user_text(messages: Sequence[BaseMessage]) -> str:
     return ""
 
 
-class MemoryLoader:
+class MemoryLoader(MemoryReader):
     """Reads the profile and facts of the run's user, agent and project, and renders them.
 
     ``repositories`` gives the repository of the run's Store (with the graph's ranker,
@@ -47,23 +46,12 @@ class MemoryLoader:
     unless the facts or the query do. Extraction is handed every candidate read.
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        repositories: RepositoryFactory | None = None,
-        counter: TokenCounter | None = None,
-    ) -> None:
-        self._settings = settings
-        self._repositories = repositories or RepositoryFactory(settings=settings)
-        self._counter = counter
-
     def _job(
         self, state: AgentState, runtime: Runtime[Context]
     ) -> tuple[Context, Settings, MemoryRepository, str] | None:
         """Who, how and with which query to load; None when nothing is to be loaded."""
         context = require_context(runtime.context)
-        settings = effective_settings(context, self._settings)
+        settings = self._settings_for(context)
         if settings.memory_mode == "off":
             return None
         if runtime.store is None:

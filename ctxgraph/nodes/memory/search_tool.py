@@ -10,7 +10,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
 from ctxgraph.nodes.gates import Gate, GatedTool
-from ctxgraph.nodes.settings import effective_settings
+from ctxgraph.nodes.memory.reader import MemoryReader
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
@@ -54,23 +54,12 @@ def visible_results(facts: list[Fact], max_tokens: int, counter: TokenCounter | 
     return text
 
 
-class MemorySearch:
+class MemorySearch(MemoryReader):
     """Runs searches in the run's own namespaces; identity never comes from arguments.
 
     ``repositories`` gives the repository of the run's Store, with the graph's ranker;
     ``counter`` measures the results against ``memory_search_max_tokens``.
     """
-
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        repositories: RepositoryFactory | None = None,
-        counter: TokenCounter | None = None,
-    ) -> None:
-        self._settings = settings
-        self._repositories = repositories or RepositoryFactory(settings=settings)
-        self._counter = counter
 
     def _setup(self, runtime: ToolRuntime[Context], query: str) -> tuple[MemoryRepository, Context]:
         if not isinstance(query, str) or not query.strip():
@@ -78,10 +67,6 @@ class MemorySearch:
         if runtime.store is None:
             raise ValueError("long-term memory is not available in this run (no store)")
         return self._repositories(runtime.store), require_context(runtime.context)
-
-    def _settings_for(self, context: Context) -> Settings:
-        """The graph's settings with the run's overrides, as every node sees them."""
-        return effective_settings(context, self._settings)
 
     def _search(self, query: str, runtime: ToolRuntime[Context], limit: int) -> Flow[str]:
         """:meth:`search` as a flow: the repository's search is its one I/O."""
