@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from ctxgraph.store.search.hybrid import Semantic
-
-__all__ = ["SEMANTIC_WEIGHT", "fuse"]
+__all__ = ["SEMANTIC_WEIGHT", "Semantic", "fuse"]
 
 SEMANTIC_WEIGHT = 0.5
 """Share of the fused relevance that comes from (normalised) semantic similarity."""
+
+
+@dataclass(frozen=True)
+class Semantic:
+    """The vector side of one namespace's candidates, completed for the union."""
+
+    near: list[tuple[str, float]]
+    """The nearest facts of the namespace and their similarity, best first."""
+    bm25: Mapping[str, float] = field(default_factory=dict)
+    """Raw BM25 (FTS5 sign; 0.0 when no query term occurs) of neighbours, from the index."""
+    similarity: Mapping[str, float] = field(default_factory=dict)
+    """Similarity of the BM25 matches that are not neighbours."""
+    values: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Stored values of the neighbours, as the index holds them."""
+    exact: bool = True
+    """Whether ``similarity`` was measured (else an upper bound, see ``store.search.hybrid``)."""
 
 
 def _union(

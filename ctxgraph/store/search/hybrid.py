@@ -35,7 +35,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -45,7 +45,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph.store.postgres import AsyncPostgresStore, PostgresStore
 
 from ctxgraph.store.persistence.vector_index import FACT_INDEX_FIELDS
-from ctxgraph.store.search.fusion import SEMANTIC_WEIGHT, fuse
+from ctxgraph.store.search.fusion import SEMANTIC_WEIGHT, Semantic, fuse
 from ctxgraph.store.search.index import Hit
 from ctxgraph.store.search.vectors import (
     VECTOR_FIELD,
@@ -257,22 +257,6 @@ class Neighbours:
     floor: float | None = None
     """When the Store's own search listed them and its list was full: its lowest
     similarity (no fact missing from it is more similar); else None."""
-
-
-@dataclass(frozen=True)
-class Semantic:
-    """The vector side of one namespace's candidates, completed for the union."""
-
-    near: list[tuple[str, float]]
-    """The nearest facts of the namespace and their similarity, best first."""
-    bm25: Mapping[str, float] = field(default_factory=dict)
-    """Raw BM25 (FTS5 sign; 0.0 when no query term occurs) of neighbours, from the index."""
-    similarity: Mapping[str, float] = field(default_factory=dict)
-    """Similarity of the BM25 matches that are not neighbours."""
-    values: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Stored values of the neighbours, as the index holds them."""
-    exact: bool = True
-    """Whether ``similarity`` was measured (else it is the upper bound described above)."""
 
 
 def _indexed(near: Neighbours, bm25: Mapping[str, float]) -> Neighbours:
