@@ -110,21 +110,30 @@ def load_thread(persistence: Persistence, thread_id: str) -> SavedThread:
     values = saved_values(persistence, thread_id)
     window = [m for m in values.get("messages", []) if isinstance(m, BaseMessage)]
     mark = values.get("compaction")
-    upto = committed_version(mark)
-    stored = ThreadArchive(persistence.store, thread_id).versioned()
-    committed = [(v, r) for v, r in stored if upto is None or v <= upto]
+    committed, prepared = _split_at_mark(
+        ThreadArchive(persistence.store, thread_id).versioned(), committed_version(mark)
+    )
     return SavedThread(
         window=window,
         summary=values.get("summary"),
         mark=mark,
         archive=[record for _, record in committed],
         versions=[version for version, _ in committed],
-        prepared=[(v, r) for v, r in stored if upto is not None and v > upto],
+        prepared=prepared,
         skills=active_skill_names(values.get("skill_context")),
         delegations=delegation_record(values.get("delegations")),
         usage=thread_usage(values.get("model_usage")),
         anchors=redaction_anchors(persistence.store, thread_id),
     )
+
+
+def _split_at_mark(
+    stored: Sequence[tuple[int, ArchiveRecord]], upto: int | None
+) -> tuple[list[tuple[int, ArchiveRecord]], list[tuple[int, ArchiveRecord]]]:
+    """``stored`` split into committed (at or below ``upto``; all when None) and prepared."""
+    committed = [(v, r) for v, r in stored if upto is None or v <= upto]
+    prepared = [(v, r) for v, r in stored if upto is not None and v > upto]
+    return committed, prepared
 
 
 def delegation_record(value: object) -> DelegationRecord:
@@ -184,24 +193,52 @@ def show_thread(
     """
     thread = load_thread(persistence, thread_id)
     versioned = list(zip(thread.versions, thread.archive, strict=True))
-    modified = tampered_versions(versioned, thread.mark, thread.anchors)
     folded = {version: _readable(record) for version, record in versioned}
-    archived = sum(len(messages or []) for messages in folded.values())
-    total = archived + len(thread.window)
     # Offloaded user inputs are shown in full, read back from their artifacts (not when
     # each message is clipped to a line anyway).
     artifacts = ArtifactStore(persistence.store, thread_id) if clip is None else None
-    shown_id = escape_control(thread_id)
-    if thread.archive:
-        out.write(
-            f"thread {shown_id}: {plural(total, 'message')} ({archived} archived in "
-            f"{plural(len(thread.archive), 'compaction')}, {len(thread.window)} in the window)\n"
-        )
-    else:
-        out.write(f"thread {shown_id}: {plural(total, 'message')}\n")
+    out.write(_header_line(thread_id, thread, folded) + "\n")
     broken = broken_line(thread_id, versioned, thread.mark, thread.anchors)
     if broken is not None:
         out.write(broken + "\n")
+    number = _write_archive(out, thread, versioned, folded, artifacts, clip)
+    if thread.window:
+        _write_transcript(out, thread.window, artifacts, number, clip)
+    _write_counts(out, thread)
+    if with_summary:
+        _write_summary(out, persistence, thread_id, thread)
+    if subagents:
+        lines = subagent_lines(persistence, thread_id, thread.delegations, clip=clip)
+        out.write("\n".join(lines) + "\n")
+    if usage:
+        out.write("\n" + "\n".join(usage_lines(thread.usage)) + "\n")
+
+
+def _header_line(
+    thread_id: str, thread: SavedThread, folded: Mapping[int, list[BaseMessage] | None]
+) -> str:
+    """The first line of ``show_thread``: how many messages, archived and in the window."""
+    archived = sum(len(messages or []) for messages in folded.values())
+    total = archived + len(thread.window)
+    shown_id = escape_control(thread_id)
+    if not thread.archive:
+        return f"thread {shown_id}: {plural(total, 'message')}"
+    return (
+        f"thread {shown_id}: {plural(total, 'message')} ({archived} archived in "
+        f"{plural(len(thread.archive), 'compaction')}, {len(thread.window)} in the window)"
+    )
+
+
+def _write_archive(
+    out: TextIO,
+    thread: SavedThread,
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    folded: Mapping[int, list[BaseMessage] | None],
+    artifacts: ArtifactStore | None,
+    clip: int | None,
+) -> int:
+    """Print each committed compaction's messages and marker; return the next message number."""
+    modified = tampered_versions(versioned, thread.mark, thread.anchors)
     number = 1
     for version, record in versioned:
         messages = folded[version]
@@ -211,33 +248,45 @@ def show_thread(
             out.write(f"(the messages of compaction v{version} cannot be read)\n")
             continue
         if messages:
-            shown, notes = full_inputs(messages, artifacts)
-            lines = transcript_lines(shown, start=number, clip=clip, notes=notes)
-            out.write("\n".join(lines) + "\n")
+            _write_transcript(out, messages, artifacts, number, clip)
         number += len(messages)
         marker = archive_marker_line(version, len(messages), record.get("cursor"))
         if (record.get("summary") or {}).get("degraded"):
             marker += " (degraded: model-free summary)"
         out.write(marker + "\n")
-    if thread.window:
-        shown, notes = full_inputs(thread.window, artifacts)
-        lines = transcript_lines(shown, start=number, clip=clip, notes=notes)
-        out.write("\n".join(lines) + "\n")
+    return number
+
+
+def _write_transcript(
+    out: TextIO,
+    messages: Sequence[BaseMessage],
+    artifacts: ArtifactStore | None,
+    number: int,
+    clip: int | None,
+) -> None:
+    """Print ``messages`` numbered from ``number``, offloaded inputs read back in full."""
+    shown, notes = full_inputs(messages, artifacts)
+    lines = transcript_lines(shown, start=number, clip=clip, notes=notes)
+    out.write("\n".join(lines) + "\n")
+
+
+def _write_counts(out: TextIO, thread: SavedThread) -> None:
+    """Print the thread's active skills and its delegation count, each when it has any."""
     if thread.skills:
         out.write(f"active skills: {escape_control(', '.join(thread.skills))}\n")
     counted = delegations_line(thread.delegations)
     if counted:
         out.write(counted + "\n")
-    if with_summary:
-        out.write("\n" + escape_control(summary_text(thread)) + "\n")
-        pending = job_line(persistence, thread_id, thread.mark)
-        if pending is not None:
-            out.write(pending + "\n")
-    if subagents:
-        lines = subagent_lines(persistence, thread_id, thread.delegations, clip=clip)
-        out.write("\n".join(lines) + "\n")
-    if usage:
-        out.write("\n" + "\n".join(usage_lines(thread.usage)) + "\n")
+
+
+def _write_summary(
+    out: TextIO, persistence: Persistence, thread_id: str, thread: SavedThread
+) -> None:
+    """Print the current summary and ledger, then the background job's line if any."""
+    out.write("\n" + escape_control(summary_text(thread)) + "\n")
+    pending = job_line(persistence, thread_id, thread.mark)
+    if pending is not None:
+        out.write(pending + "\n")
 
 
 def broken_line(

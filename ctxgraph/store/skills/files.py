@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ctxgraph.store.skills.model import STORE_NAMESPACE, Skill
 
@@ -62,38 +62,62 @@ def walk_skill_folder(folder: str | os.PathLike[str]) -> tuple[str, ...]:
     pending: list[tuple[Path, PurePosixPath]] = [(root, PurePosixPath())]
     while pending and len(found) < MAX_LISTED_FILES and scanned < MAX_SCANNED_ENTRIES:
         here, relative = pending.pop()
-        try:
-            with os.scandir(here) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError:
-            continue
-        subfolders: list[tuple[Path, PurePosixPath]] = []
-        for entry in entries:
-            scanned += 1
-            if entry.name.startswith(".") or (not relative.parts and entry.name == SKILL_FILE):
-                continue
-            path = relative / entry.name
-            try:
-                if entry.is_symlink():
-                    if (
-                        _inside(os.path.realpath(entry.path), real_root)
-                        and entry.is_file()
-                        and entry.stat().st_nlink <= 1
-                    ):
-                        found.append(path.as_posix())
-                elif entry.is_dir(follow_symlinks=False):
-                    subfolders.append((Path(entry.path), path))
-                elif (
-                    entry.is_file(follow_symlinks=False)
-                    and entry.stat(follow_symlinks=False).st_nlink <= 1
-                ):
-                    found.append(path.as_posix())
-            except OSError:
-                continue
-            if len(found) >= MAX_LISTED_FILES:
-                break
+        subfolders, seen = _scan_folder(here, relative, real_root, found)
+        scanned += seen
         pending.extend(reversed(subfolders))
     return tuple(sorted(found))
+
+
+def _scan_folder(
+    here: Path, relative: PurePosixPath, real_root: str, found: list[str]
+) -> tuple[list[tuple[Path, PurePosixPath]], int]:
+    """Add the listable files of one folder to ``found``; return its subfolders and entry count.
+
+    An unreadable folder counts as empty; the scan stops once ``found`` is full.
+    """
+    try:
+        with os.scandir(here) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError:
+        return [], 0
+    subfolders: list[tuple[Path, PurePosixPath]] = []
+    scanned = 0
+    for entry in entries:
+        scanned += 1
+        if entry.name.startswith(".") or (not relative.parts and entry.name == SKILL_FILE):
+            continue
+        path = relative / entry.name
+        kind = _entry_kind(entry, real_root)
+        if kind == "folder":
+            subfolders.append((Path(entry.path), path))
+        elif kind == "file":
+            found.append(path.as_posix())
+            if len(found) >= MAX_LISTED_FILES:
+                break
+    return subfolders, scanned
+
+
+def _entry_kind(entry: os.DirEntry[str], real_root: str) -> Literal["file", "folder"] | None:
+    """Whether a folder entry is a listable file, a folder to walk, or neither (None).
+
+    A symlink counts only as a file inside the folder; a hard-linked file (more than one
+    link) or an entry that cannot be inspected counts as neither.
+    """
+    try:
+        if entry.is_symlink():
+            inside = (
+                _inside(os.path.realpath(entry.path), real_root)
+                and entry.is_file()
+                and entry.stat().st_nlink <= 1
+            )
+            return "file" if inside else None
+        if entry.is_dir(follow_symlinks=False):
+            return "folder"
+        if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink <= 1:
+            return "file"
+    except OSError:
+        return None
+    return None
 
 
 def store_files(value: object) -> tuple[str, ...]:
@@ -162,6 +186,14 @@ async def aread_skill_text(
 
 def _relative(path: str) -> str:
     """``path`` as a clean relative POSIX path, or ``SkillFileError``."""
+    _check_spelling(path)
+    parts = [part for part in PurePosixPath(path).parts if part != "."]
+    _check_parts(path, parts)
+    return "/".join(parts)
+
+
+def _check_spelling(path: str) -> None:
+    """Raise ``SkillFileError`` for an empty, backslashed, NUL-carrying or absolute ``path``."""
     if not isinstance(path, str) or not path.strip():
         raise SkillFileError("give a file path relative to the skill folder, e.g. 'SKILL.md'")
     if "\\" in path or "\x00" in path:
@@ -169,14 +201,16 @@ def _relative(path: str) -> str:
     pure = PurePosixPath(path)
     if pure.is_absolute() or path.startswith("~") or (len(path) > 1 and path[1] == ":"):
         raise SkillFileError(f"{path!r} is absolute; give a path relative to the skill folder")
-    parts = [part for part in pure.parts if part != "."]
+
+
+def _check_parts(path: str, parts: list[str]) -> None:
+    """Raise ``SkillFileError`` when ``path``'s parts leave, name or hide within the folder."""
     if ".." in parts:
         raise SkillFileError(f"{path!r} leaves the skill folder ('..' is not allowed)")
     if not parts:
         raise SkillFileError(f"{path!r} is the skill folder itself; give a file in it")
     if any(part.startswith(".") for part in parts):
         raise SkillFileError(f"{path!r} is hidden; hidden files are not part of the skill")
-    return "/".join(parts)
 
 
 def _inside(real: str, real_root: str) -> bool:
