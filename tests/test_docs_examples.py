@@ -31,7 +31,11 @@ FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 PAGE_TIMEOUT = 180
 
 RUNNER = r"""
-import json, sys, traceback
+import json, sys, traceback, warnings
+# A docs example that uses a deprecated ctxgraph keyword fails, as a test would.
+warnings.filterwarnings(
+    "error", ".*is deprecated and will be removed in the next release", DeprecationWarning
+)
 blocks = json.loads(sys.stdin.read())
 namespace = {"__name__": "__main__"}
 for block in blocks:
