@@ -47,6 +47,7 @@ from langgraph.store.memory import InMemoryStore
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.nodes.parts import SubagentsPart
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -332,7 +333,7 @@ def run(mode: str, tasks: int, searches: int, doc_tokens: int, repeat: int) -> R
         models=Models(main=main, summary=summary),
         tools=tools,
         settings=Settings(memory_mode="off", memory_extraction="off"),
-        subagents=subagents,
+        parts=[SubagentsPart(subagents)],
     )
     config: Any = {"configurable": {"thread_id": f"subagent-bench-{mode}-{repeat}"}}
     context = Context(user_id="bench")
