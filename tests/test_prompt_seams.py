@@ -1,4 +1,4 @@
-"""``summary_prompt`` and ``extraction_prompt``: templates that replace the built-in prompts.
+"""``CompactionPart(summary_prompt=)``, ``MemoryPart(extraction_prompt=)``: the caller's prompts.
 
 Both are checked when the graph is built (a bad placeholder is a ``PromptTemplateError``
 naming the argument), and the model of each role receives the caller's text.
@@ -11,7 +11,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import Context, Settings, build_graph
+from ctxgraph import CompactionPart, Context, MemoryPart, Settings, build_graph
 from ctxgraph.graph import as_subgraph, wait_for_memory
 from ctxgraph.graph.demo import demo_models
 from ctxgraph.nodes.memory.extract import (
@@ -69,16 +69,16 @@ def test_a_bad_extraction_prompt_is_refused_when_the_graph_is_built(
     template: object, message: str
 ) -> None:
     with pytest.raises(PromptTemplateError, match=f"extraction_prompt.*{message}|{message}"):
-        build_graph(models=demo_models(), extraction_prompt=template)  # type: ignore[arg-type]
+        build_graph(models=demo_models(), parts=[MemoryPart(template)])  # type: ignore[arg-type]
     with pytest.raises(PromptTemplateError):
-        as_subgraph(models=demo_models(), extraction_prompt=template)  # type: ignore[arg-type]
+        as_subgraph(models=demo_models(), parts=[MemoryPart(template)])  # type: ignore[arg-type]
     with pytest.raises(PromptTemplateError):
         ExtractionPrompt(template)  # type: ignore[arg-type]
 
 
 def test_a_bad_summary_prompt_is_refused_when_the_graph_is_built() -> None:
     with pytest.raises(PromptTemplateError, match="summary_prompt"):
-        build_graph(models=demo_models(), summary_prompt="Summarize {everything}")
+        build_graph(models=demo_models(), parts=[CompactionPart("Summarize {everything}")])
 
 
 def test_the_extractor_sends_the_callers_template_with_the_fixed_system_rules() -> None:
@@ -120,7 +120,7 @@ def test_the_summary_model_receives_the_callers_summary_prompt() -> None:
         store=InMemoryStore(),
         models=models,
         settings=Settings(trigger_messages=6, keep_messages=2, memory_extraction="off"),
-        summary_prompt=SUMMARY,
+        parts=[CompactionPart(summary_prompt=SUMMARY)],
     )
     config = {"configurable": {"thread_id": "s"}}
     notes = " ".join(f"Stop {n} of the tour is pier {n}, open from 9:00." for n in range(1, 30))
@@ -138,7 +138,10 @@ def test_the_graphs_memory_model_receives_the_callers_extraction_prompt() -> Non
     models = demo_models()
     store = InMemoryStore()
     graph = build_graph(
-        checkpointer=InMemorySaver(), store=store, models=models, extraction_prompt=EXTRACTION
+        checkpointer=InMemorySaver(),
+        store=store,
+        models=models,
+        parts=[MemoryPart(extraction_prompt=EXTRACTION)],
     )
     graph.invoke(
         {"messages": [("user", "I prefer Python for backend work.")]},

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
+from ctxgraph import MemoryPart
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.memory.extract import EXTRACTION_FACTS
 from ctxgraph.nodes.memory.render import FACTS_HEADING
@@ -87,7 +88,7 @@ def test_a_ranker_orders_the_view_the_tool_the_cli_and_the_repository_alike(
         settings=Settings(memory_extraction="off", memory_search_in_auto=True),
         checkpointer=persistence.checkpointer,
         store=persistence.store,
-        ranker=by_content,
+        parts=[MemoryPart(ranker=by_content)],
     )
     result = graph.invoke(
         {"messages": [("user", QUERY)]}, {"configurable": {"thread_id": thread_id}}, context=context
@@ -167,7 +168,7 @@ def test_the_reverse_ranker_reverses_the_view_of_a_graph() -> None:
         settings=Settings(memory_extraction="off"),
         checkpointer=InMemorySaver(),
         store=store,
-        ranker=reverse,
+        parts=[MemoryPart(ranker=reverse)],
     )
     graph.invoke(
         {"messages": [("user", QUERY)]}, {"configurable": {"thread_id": "r"}}, context=context
@@ -178,7 +179,10 @@ def test_the_reverse_ranker_reverses_the_view_of_a_graph() -> None:
 def test_a_ranker_is_checked_when_the_graph_is_built_and_when_it_answers() -> None:
     assert isinstance(by_content, Ranker)
     with pytest.raises(TypeError, match="ranker must be a callable"):
-        build_graph(models=Models(main=ScriptedChatModel(script=[])), ranker=42)  # type: ignore[arg-type]
+        build_graph(
+            models=Models(main=ScriptedChatModel(script=[])),
+            parts=[MemoryPart(ranker=42)],  # type: ignore[arg-type]
+        )
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         return ["not a fact"]
@@ -205,7 +209,7 @@ def test_the_ranker_orders_the_stored_facts_the_memory_model_is_shown() -> None:
         checkpointer=InMemorySaver(),
         store=store,
         settings=Settings(memory_extraction="inline"),
-        ranker=by_content,
+        parts=[MemoryPart(ranker=by_content)],
     )
     text = f"I always work on the {QUERY}."
     graph.invoke(

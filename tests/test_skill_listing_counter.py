@@ -9,7 +9,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import Models, Settings, build_graph
+from ctxgraph import CtxGraph, Models, Settings
 from ctxgraph.nodes.skills.listing import NAMES_HEADER
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -26,15 +26,12 @@ def heavy(messages: Sequence[BaseMessage]) -> int:
 
 def _listing(tmp_path: Path, counter: object) -> str:
     main = ScriptedChatModel(script=["ok"])
-    graph = build_graph(
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-        models=Models(main=main),
-        settings=Settings(
-            memory_extraction="off", skills_dirs=(str(tmp_path),), skills_list_budget=BUDGET
-        ),
+    root = CtxGraph(
+        Models(main=main),
+        Settings(memory_extraction="off", skills_dirs=(str(tmp_path),), skills_list_budget=BUDGET),
         token_counter=counter,  # type: ignore[arg-type]
     )
+    graph = root.agent(checkpointer=InMemorySaver(), store=InMemoryStore())
     graph.invoke(
         {"messages": [HumanMessage("hi")]},
         {"configurable": {"thread_id": "t"}},

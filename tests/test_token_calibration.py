@@ -20,7 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import Context, Models, Settings, build_graph
+from ctxgraph import Context, CtxGraph, Models, Settings
 from ctxgraph.graph import Graph
 from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state.calibration import (
@@ -85,13 +85,10 @@ def make_graph(
     token_counter: MessageCount | None = None,
     settings: Settings = SETTINGS,
 ) -> Graph:
-    return build_graph(
-        checkpointer=checkpointer or InMemorySaver(),
-        store=store or InMemoryStore(),
-        models=Models(main=main, summary=demo_summarizer()),
-        settings=settings,
-        token_counter=token_counter,
+    root = CtxGraph(
+        Models(main=main, summary=demo_summarizer()), settings, token_counter=token_counter
     )
+    return root.agent(checkpointer=checkpointer or InMemorySaver(), store=store or InMemoryStore())
 
 
 def turn(graph: Graph, n: int) -> dict[str, Any]:

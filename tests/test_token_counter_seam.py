@@ -1,4 +1,4 @@
-"""``build_graph(token_counter=...)``: the caller's tokenizer makes every window decision.
+"""``CtxGraph(token_counter=...)``: the caller's tokenizer makes every window decision.
 
 ``TokenCounter(count=fn)`` counts each message as ``fn([message])`` (cached per id) and a
 plain text as ``fn`` of a human message holding it, less an empty one's framing. A graph
@@ -18,7 +18,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import Context, Models, Settings, build_graph
+from ctxgraph import Context, CtxGraph, Models, Settings
 from ctxgraph.graph.builder import compaction_node
 from ctxgraph.graph.demo import demo_models
 from ctxgraph.nodes.memory.render import FACTS_HEADING, render_memory, render_view
@@ -81,7 +81,7 @@ def test_a_counter_must_be_callable_and_return_whole_tokens() -> None:
     with pytest.raises(TypeError, match=r"whole number of tokens, got 2\.5"):
         TokenCounter(count=lambda messages: 2.5).count_message(HumanMessage("x"))  # type: ignore[arg-type,return-value]
     with pytest.raises(TypeError, match="token_counter must be a callable"):
-        build_graph(models=demo_models(), token_counter="tiktoken")  # type: ignore[arg-type]
+        CtxGraph(demo_models(), token_counter="tiktoken")  # type: ignore[arg-type]
 
 
 def test_langchains_approximate_counter_plugs_in() -> None:
@@ -103,13 +103,8 @@ def test_the_compaction_triggers_count_with_the_callers_counter() -> None:
     settings = Settings(trigger_tokens=6_000, keep_messages=2, memory_extraction="off")
 
     def run(**extra: Any) -> dict[str, Any]:
-        graph = build_graph(
-            checkpointer=InMemorySaver(),
-            store=InMemoryStore(),
-            models=demo_models(),
-            settings=settings,
-            **extra,
-        )
+        root = CtxGraph(demo_models(), settings, **extra)
+        graph = root.agent(checkpointer=InMemorySaver(), store=InMemoryStore())
         config = {"configurable": {"thread_id": "t"}}
         for text in ["I like tea.", "What is 2 + 2?", "What is 3 + 3?", "What is 4 + 4?"]:
             graph.invoke({"messages": [("user", text)]}, config, context=CONTEXT)
@@ -134,14 +129,13 @@ def test_a_tool_result_is_offloaded_by_the_callers_count() -> None:
         main = ScriptedChatModel(
             script=[AIMessage("", tool_calls=[{"name": "status", "args": {}, "id": "s1"}]), "ok"]
         )
-        return build_graph(
-            checkpointer=InMemorySaver(),
-            store=InMemoryStore(),
-            models=Models(main=main),
+        root = CtxGraph(
+            Models(main=main),
+            Settings(memory_extraction="off", offload_tokens=200),
             tools=[status],
-            settings=Settings(memory_extraction="off", offload_tokens=200),
             **extra,
         )
+        return root.agent(checkpointer=InMemorySaver(), store=InMemoryStore())
 
     def result(graph: Any) -> ToolMessage:
         values = graph.invoke(
@@ -173,13 +167,11 @@ def test_the_memory_budget_and_the_search_cap_count_with_the_callers_counter() -
     assert counter.count_text(chars_view) <= 400
 
     main = ScriptedChatModel(script=["done"])
-    graph = build_graph(
-        checkpointer=InMemorySaver(),
-        store=store,
-        models=Models(main=main),
-        settings=Settings(memory_extraction="off", memory_budget=400),
+    graph = CtxGraph(
+        Models(main=main),
+        Settings(memory_extraction="off", memory_budget=400),
         token_counter=Chars(),
-    )
+    ).agent(checkpointer=InMemorySaver(), store=store)
     graph.invoke(
         {"messages": [("user", "notebook")]}, {"configurable": {"thread_id": "m"}}, context=CONTEXT
     )

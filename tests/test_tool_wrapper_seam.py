@@ -1,4 +1,4 @@
-"""``build_graph(tool_wrappers=...)``: the caller's wrappers run outside the built-in ones.
+"""``CtxGraph(tool_wrappers=...)``: the caller's wrappers run outside the built-in ones.
 
 The order, first outermost: the caller's wrappers as given, then the skill policy gate,
 then the result offloader next to the tool. So a caller's wrapper sees every call before
@@ -19,9 +19,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import Context, Models, Settings, build_graph
+from ctxgraph import Context, CtxGraph, Models, Settings
 from ctxgraph.graph import as_subgraph
-from ctxgraph.graph.builder import Graph
+from ctxgraph.graph.builder import Graph, create_builder
 from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
 from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult, ToolWrapper
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -119,14 +119,8 @@ def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
 
 def graph_for(main: ScriptedChatModel, wrappers: Sequence[ToolWrapper], **settings: Any) -> Graph:
     values: dict[str, Any] = {"memory_extraction": "off", **settings}
-    return build_graph(
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-        models=Models(main=main),
-        tools=TOOLS,
-        settings=Settings(**values),
-        tool_wrappers=wrappers,
-    )
+    root = CtxGraph(Models(main=main), Settings(**values), tools=TOOLS, tool_wrappers=wrappers)
+    return root.agent(checkpointer=InMemorySaver(), store=InMemoryStore())
 
 
 async def turn(graph: Graph, text: str, mode: str) -> list[BaseMessage]:
@@ -235,7 +229,7 @@ def test_wrappers_are_checked_when_the_graph_is_built() -> None:
     with pytest.raises(TypeError, match=r"tool_wrappers\[1\].*lacks awrap"):
         graph_for(ScriptedChatModel(script=[]), [Audit("a", []), OnlySync()])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="takes a sequence"):
-        graph_for(ScriptedChatModel(script=[]), Audit("a", []))  # type: ignore[arg-type]
+        create_builder(models=Models(main=ScriptedChatModel()), tool_wrappers=Audit("a", []))  # type: ignore[arg-type]
 
 
 def test_as_subgraph_takes_the_wrappers_too() -> None:
