@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph.graph import build_graph
+from ctxgraph import CtxGraph
 from ctxgraph.graph.compaction_worker import CompactionWorkerError, build_compaction_worker
 from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.job_queue import settings_from_values, settings_values
@@ -84,12 +84,8 @@ async def test_a_queued_job_runs_on_the_worker_and_the_thread_applies_its_result
     store = InMemoryStore()
     calls: list[int] = []
     queue = WorkerQueue(build_compaction_worker(models(calls), store=store))
-    graph = build_graph(
-        checkpointer=InMemorySaver(),
-        store=store,
-        models=models(calls),
-        settings=SETTINGS,
-        compaction_queue=queue,
+    graph = CtxGraph(models(calls), SETTINGS).agent(
+        checkpointer=InMemorySaver(), store=store, compaction_queue=queue
     )
     config: Any = {"configurable": {"thread_id": f"w-{uuid.uuid4().hex[:8]}"}}
     events = await turns_until(graph, config, "compaction.applied")
@@ -128,12 +124,8 @@ async def test_a_queue_that_refuses_the_job_leaves_it_to_a_thread(
     from ctxgraph.nodes.compaction.background import wait_for_jobs
 
     calls: list[int] = []
-    graph = build_graph(
-        checkpointer=InMemorySaver(),
-        store=InMemoryStore(),
-        models=models(calls),
-        settings=SETTINGS,
-        compaction_queue=DownQueue(),
+    graph = CtxGraph(models(calls), SETTINGS).agent(
+        checkpointer=InMemorySaver(), store=InMemoryStore(), compaction_queue=DownQueue()
     )
     config: Any = {"configurable": {"thread_id": f"w-{uuid.uuid4().hex[:8]}"}}
     events = [e["event"] for e in await turns_until(graph, config, "compaction.started")]
@@ -158,12 +150,8 @@ async def test_a_worker_job_whose_summaries_are_refused_names_its_thread_and_why
         summary=ScriptedChatModel(responder=lambda _: AIMessage(ECHO)),
     )
     queue = WorkerQueue(build_compaction_worker(echo, store=store))
-    graph = build_graph(
-        checkpointer=InMemorySaver(),
-        store=store,
-        models=models([]),
-        settings=SETTINGS,
-        compaction_queue=queue,
+    graph = CtxGraph(models([]), SETTINGS).agent(
+        checkpointer=InMemorySaver(), store=store, compaction_queue=queue
     )
     thread = f"w-{uuid.uuid4().hex[:8]}"
     with caplog.at_level("INFO", logger="ctxgraph"):

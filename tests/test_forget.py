@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from ctxgraph import SubagentsPart
 from ctxgraph.graph import build_graph, wait_for_memory
 from ctxgraph.graph.cli.main import main
 from ctxgraph.state import Context, Models, Settings
@@ -294,13 +295,17 @@ def test_a_subagent_s_transcript_and_checkpoints_lose_the_text_too(
         store=persistence.store,
         models=Models(main=ScriptedChatModel(responder=parent)),
         settings=Settings(memory_extraction="off", memory_mode="off"),
-        subagents=[
-            SubagentSpec(
-                name="researcher",
-                description="Researches one question.",
-                system_prompt="You research one question.",
-                tools=(lookup,),
-                model=ScriptedChatModel(responder=child),
+        parts=[
+            SubagentsPart(
+                [
+                    SubagentSpec(
+                        name="researcher",
+                        description="Researches one question.",
+                        system_prompt="You research one question.",
+                        tools=(lookup,),
+                        model=ScriptedChatModel(responder=child),
+                    )
+                ]
             )
         ],
     )

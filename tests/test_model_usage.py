@@ -17,6 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
+from ctxgraph import SubagentsPart
 from ctxgraph.graph import Graph, build_graph
 from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
@@ -380,13 +381,17 @@ def test_a_child_s_calls_add_to_the_parent_s_subagent_totals() -> None:
         models=Models(main=ScriptedChatModel(responder=parent)),
         tools=[lookup],
         settings=Settings(memory_extraction="off", memory_mode="off"),
-        subagents=[
-            SubagentSpec(
-                name="researcher",
-                description="Researches one question.",
-                system_prompt="You research one question.",
-                tools=(lookup,),
-                model=child_model,
+        parts=[
+            SubagentsPart(
+                [
+                    SubagentSpec(
+                        name="researcher",
+                        description="Researches one question.",
+                        system_prompt="You research one question.",
+                        tools=(lookup,),
+                        model=child_model,
+                    )
+                ]
             )
         ],
     )

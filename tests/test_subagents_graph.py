@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import Context, Models, Settings, build_graph
+from ctxgraph import Context, Models, Settings, SubagentsPart, build_graph
 from ctxgraph.graph.builder import Graph
 from ctxgraph.nodes.subagents.render import render_delegations
 from ctxgraph.state.delegations import MAX_DELEGATIONS, merge_delegations
@@ -110,7 +110,7 @@ def graph_for(
         models=Models(main=main, summary=summary),
         tools=tools,
         settings=Settings(**values),
-        subagents=specs,
+        parts=[SubagentsPart(specs)],
     )
 
 
@@ -168,7 +168,7 @@ def test_the_general_purpose_subagent_has_the_parents_tools_but_not_task() -> No
         models=Models(main=main),
         tools=(lookup,),
         settings=Settings(memory_extraction="off", memory_mode="off"),
-        subagents=True,
+        parts=[SubagentsPart(True)],
     )
     turn(graph, "go")
     child_request = main.requests[1]
@@ -567,8 +567,14 @@ def test_subagents_work_in_a_graph_embedded_as_a_subgraph() -> None:
     inner = as_subgraph(
         models=Models(main=main),
         settings=Settings(memory_extraction="off", memory_mode="off"),
-        subagents=[
-            SubagentSpec(name="researcher", description="d", system_prompt=PROMPT, model=child)
+        parts=[
+            SubagentsPart(
+                [
+                    SubagentSpec(
+                        name="researcher", description="d", system_prompt=PROMPT, model=child
+                    )
+                ]
+            )
         ],
     )
     parent = StateGraph(MessagesState)

@@ -26,6 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 from pydantic import PrivateAttr
 
+from ctxgraph import SubagentsPart
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.subagents.stop import running_count, stop_all
 from ctxgraph.state import Context, Models, Settings
@@ -168,7 +169,7 @@ def delegating_graph(
         store=InMemoryStore(),
         models=Models(main=parent),
         settings=Settings(**BASE, **settings),
-        subagents=[spec],
+        parts=[SubagentsPart([spec])],
     )
     return graph, parent
 
@@ -481,7 +482,7 @@ def test_depth_two_lets_a_child_delegate_and_the_answer_climbs_back(thread_id: s
         store=InMemoryStore(),
         models=Models(main=ScriptedChatModel(responder=parent_reply)),
         settings=Settings(**BASE, subagent_max_depth=2),
-        subagents=specs,
+        parts=[SubagentsPart(specs)],
     )
     out = graph.invoke({"messages": [HumanMessage("Go.")]}, config(thread_id), context=CONTEXT)
 

@@ -15,6 +15,7 @@ import sys
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
+from ctxgraph import SubagentsPart
 from ctxgraph.graph import build_graph
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
             store=persistence.store,
             models=Models(main=ScriptedChatModel(responder=parent_reply)),
             settings=SETTINGS,
-            subagents=[spec],
+            parts=[SubagentsPart([spec])],
         )
         out = graph.invoke(
             {"messages": [HumanMessage("Where is order A-17?")]},
