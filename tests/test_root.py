@@ -2,8 +2,9 @@
 
 The memory worker a root builds extracts with the root's extraction prompt, ranker and
 token counter; its compaction worker counts with the root's token counter. The old seam
-keywords of ``build_graph`` keep working for one release, with a warning naming the
-replacement, and ``build_graph`` takes at most eight parameters.
+keywords of ``build_graph`` (and the part keywords of ``create_builder`` and
+``as_subgraph``) keep working for one release: each warns, naming its replacement, and
+still reaches the seam it set. ``build_graph`` takes at most eight parameters.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,8 +22,18 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import CtxGraph, MemoryPart, build_graph
-from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS
+from ctxgraph import (
+    CompactionPart,
+    CtxGraph,
+    MemoryPart,
+    SubagentsPart,
+    SubagentSpec,
+    as_subgraph,
+    build_graph,
+    create_builder,
+)
+from ctxgraph.graph import builder
+from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS, GraphParts
 from ctxgraph.nodes.compaction.job_queue import settings_values
 from ctxgraph.nodes.memory.extract import EXTRACTION_SYSTEM
 from ctxgraph.state import Context, Models, Settings
@@ -51,26 +62,98 @@ def test_build_graph_takes_at_most_eight_parameters() -> None:
     assert len(inspect.signature(build_graph).parameters) <= 8
 
 
-@pytest.mark.parametrize(
-    ("keyword", "value"),
-    [
-        ("summary_prompt", None),
-        ("extraction_prompt", None),
-        ("ranker", None),
-        ("subagents", ()),
-        ("token_counter", None),
-        ("tool_wrappers", ()),
-        ("compaction_queue", None),
-    ],
-)
+class _Wrapper:
+    """A tool wrapper that changes nothing."""
+
+    def wrap(self, request: Any, execute: Any) -> Any:
+        return execute(request)
+
+    async def awrap(self, request: Any, execute: Any) -> Any:
+        return await execute(request)
+
+
+class _Queue:
+    """A compaction queue that is never used (no run compacts)."""
+
+    async def submit(self, payload: Any) -> str:
+        return "run-1"
+
+
+SUMMARY = "House summary: {folded}"
+RANKER = Sorter("confidence")
+SPECS = [SubagentSpec(name="helper", description="d", system_prompt="p")]
+WRAPPERS = [_Wrapper()]
+QUEUE = _Queue()
+OLD_VALUES: dict[str, Any] = {
+    "summary_prompt": SUMMARY,
+    "extraction_prompt": EXTRACTION,
+    "ranker": RANKER,
+    "subagents": SPECS,
+    "token_counter": count_tokens_approximately,
+    "tool_wrappers": WRAPPERS,
+    "compaction_queue": QUEUE,
+}
+"""A value, not the default, for each old keyword."""
+
+
+def _part(parts: Sequence[Any], kind: type[Any]) -> Any:
+    (part,) = [p for p in parts if isinstance(p, kind)]
+    return part
+
+
+TAKEN: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "summary_prompt": lambda kw: _part(kw["parts"], CompactionPart).summary_prompt,
+    "extraction_prompt": lambda kw: _part(kw["parts"], MemoryPart).extraction_prompt,
+    "ranker": lambda kw: _part(kw["parts"], MemoryPart).ranker,
+    "subagents": lambda kw: _part(kw["parts"], SubagentsPart).subagents,
+    "token_counter": lambda kw: kw["token_counter"],
+    "tool_wrappers": lambda kw: kw["tool_wrappers"],
+    "compaction_queue": lambda kw: kw["compaction_queue"],
+}
+"""Where ``create_builder``'s arguments carry each old keyword's value."""
+
+
+@pytest.mark.parametrize("keyword", sorted(OLD_VALUES))
 def test_an_old_seam_keyword_still_works_and_names_its_replacement(
-    keyword: str, value: Any
+    keyword: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    given: list[dict[str, Any]] = []
+    real = builder.create_builder
+
+    def spy(**kwargs: Any) -> Any:
+        given.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(builder, "create_builder", spy)
     replacement = {**PART_KEYWORDS, **ROOT_KEYWORDS}[keyword]
+    value = OLD_VALUES[keyword]
     with pytest.warns(DeprecationWarning, match=rf"build_graph\({keyword}=\.\.\.\)") as caught:
         graph = build_graph(models=Models(main=ScriptedChatModel()), **{keyword: value})
     assert graph is not None
     assert replacement in str(caught[0].message)
+    (kwargs,) = given
+    assert TAKEN[keyword](kwargs) is value, "the old keyword reached the builder"
+
+
+@pytest.mark.parametrize("where", ["create_builder", "as_subgraph"])
+@pytest.mark.parametrize("keyword", sorted(PART_KEYWORDS))
+def test_an_old_part_keyword_of_the_builder_and_the_subgraph_still_works(
+    where: str, keyword: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolved: list[GraphParts] = []
+    real = builder._Parts
+
+    def spy(*args: Any) -> Any:
+        resolved.append(args[3])
+        return real(*args)
+
+    monkeypatch.setattr(builder, "_Parts", spy)
+    build = {"create_builder": create_builder, "as_subgraph": as_subgraph}[where]
+    value = OLD_VALUES[keyword]
+    with pytest.warns(DeprecationWarning, match=rf"{where}\({keyword}=\.\.\.\)"):
+        build(models=Models(main=ScriptedChatModel()), **{keyword: value})
+    (parts,) = resolved
+    assert TAKEN[keyword]({"parts": parts.all}) is value, "the old keyword set its part"
 
 
 def test_an_unknown_keyword_is_refused() -> None:
