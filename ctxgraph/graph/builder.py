@@ -301,7 +301,7 @@ def compaction_node(
 
     It measures requests exactly as that graph does, so tools outside a run (the
     ``ctxgraph threads compact`` command) split and check a thread as a turn would.
-    ``summary_prompt`` and ``token_counter`` are those of ``create_builder``.
+    ``summary_prompt`` is a ``CompactionPart``'s, ``token_counter`` that of ``create_builder``.
     """
     settings = settings or Settings()
     extensions = Extensions.checked(summary_prompt=summary_prompt, token_counter=token_counter)

@@ -149,7 +149,7 @@ def _fingerprint(message: BaseMessage) -> int:
 
 
 MessageCount = Callable[[Sequence[BaseMessage]], int]
-"""A caller's token counter: the tokens of a list of messages (``build_graph(token_counter=)``).
+"""A caller's token counter: the tokens of a list of messages (``CtxGraph(token_counter=)``).
 
 For example ``langchain_core.messages.utils.count_tokens_approximately``, or a model's
 ``get_num_tokens_from_messages``.

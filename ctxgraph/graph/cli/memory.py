@@ -165,7 +165,7 @@ def search_memory(
 
     ``settings`` are the ones the CLI builds its graph with (``Settings.from_env``); their
     ``memory_age_from`` ages the facts as the graph's ``memory_search`` tool does.
-    ``ranker`` orders them, as a graph built with ``ranker=`` does; a string is the
+    ``ranker`` orders them, as in a graph with ``MemoryPart(ranker=...)``; a string is the
     ``--ranker module:attribute`` option (see :func:`load_ranker`).
     """
     chosen = load_ranker(ranker) if isinstance(ranker, str) else ranker

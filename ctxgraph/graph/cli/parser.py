@@ -174,7 +174,7 @@ def _memory_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="MODULE:ATTRIBUTE",
         default=None,
         help="rank with this ranker (ctxgraph.store.memory.ranking.Ranker), as a graph "
-        "built with build_graph(ranker=...) does (default: the built-in ranking)",
+        "built with MemoryPart(ranker=...) does (default: the built-in ranking)",
     )
     _command(memory_commands, "process", "run every pending (deferred) memory extraction now")
     reindex = _command(

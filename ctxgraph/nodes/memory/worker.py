@@ -228,9 +228,9 @@ def worker_from_env(
 ) -> tuple[MemoryExtractor, Settings]:
     """The extractor on the configured memory model, and the settings (pass ``os.environ``).
 
-    ``extraction_prompt`` replaces ``EXTRACTION_PROMPT``, as ``build_graph``'s argument of
-    that name does; give the same one to process the extractions a graph built with it
-    deferred.
+    ``extraction_prompt`` replaces ``EXTRACTION_PROMPT``, as ``MemoryPart(extraction_prompt=)``
+    does in a graph; give the same one to process the extractions that graph deferred
+    (``CtxGraph(...).memory_worker()`` does it with the root's part).
 
     Raises ``ModelConfigError`` or ``SettingsError`` with a one-line message when the
     environment does not configure a usable model or settings, and ``PromptTemplateError``
