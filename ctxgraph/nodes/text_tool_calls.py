@@ -122,11 +122,9 @@ def read_text_tool_calls(
         The answer to keep, how many calls were recovered, and the warning, if any.
 
     """
-    if mode == "off" or not tools or reply.tool_calls or reply.invalid_tool_calls:
+    if _not_read(reply, tools, mode):
         return TextToolCalls(reply)
     text = reply.text
-    if "{" not in text:
-        return TextToolCalls(reply)
     by_name = {tool.name: tool for tool in tools}
     spans = top_level_objects(text)
     calls = [_as_call(span.value, by_name) for span in spans]
@@ -135,17 +133,47 @@ def read_text_tool_calls(
         return TextToolCalls(reply)
     form = _form(text, spans)
     whole = len(found) == len(calls) and _only_calls(text, spans)
-    problem = _problem(found, by_name) if whole else "the answer holds other text besides the call"
-    if not problem and mode == "warn":
-        problem = "text_tool_calls is 'warn' (CTXGRAPH_TEXT_TOOL_CALLS), so it was not run"
+    problem = _why_kept(found, by_name, mode, whole=whole)
     if problem:
         return TextToolCalls(
             reply, warning=WARNING.format(cause=LIKELY_CAUSE, problem=problem), form=form
         )
+    return _recovered(reply, found, form)
+
+
+def _not_read(reply: AIMessage, tools: Sequence[BaseTool], mode: TextToolCallMode) -> bool:
+    """True when ``reply`` is not read: mode off, no tools, real calls, or no ``{``."""
+    return (
+        mode == "off"
+        or not tools
+        or bool(reply.tool_calls)
+        or bool(reply.invalid_tool_calls)
+        or "{" not in reply.text
+    )
+
+
+def _why_kept(
+    found: Sequence[TextCall],
+    bound: Mapping[str, BaseTool],
+    mode: TextToolCallMode,
+    *,
+    whole: bool,
+) -> str:
+    """Why the calls ``found`` stay text (``whole``: the answer is only calls); empty if not."""
+    if not whole:
+        return "the answer holds other text besides the call"
+    problem = _problem(found, bound)
+    if not problem and mode == "warn":
+        return "text_tool_calls is 'warn' (CTXGRAPH_TEXT_TOOL_CALLS), so it was not run"
+    return problem
+
+
+def _recovered(reply: AIMessage, found: Sequence[TextCall], form: str) -> TextToolCalls:
+    """``reply`` with the calls ``found`` made real, its text emptied and kept in the mark."""
     real: list[ToolCall] = [
         tool_call(name=call.name, args=dict(call.args or {}), id=_new_id()) for call in found
     ]
-    mark = {"recovered": len(real), "form": form, "text": text}
+    mark = {"recovered": len(real), "form": form, "text": reply.text}
     recovered = reply.model_copy(
         update={
             "content": "",

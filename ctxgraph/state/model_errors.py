@@ -48,6 +48,15 @@ _CONNECTION_NAMES = frozenset(
     {"APIConnectionError", "TransportError", "NetworkError", "ConnectError", "RemoteProtocolError"}
 )
 
+_REFUSED = "connection refused (is the server running and listening on that port?)"
+_DNS_WORDS = (
+    "name or service not known",
+    "nodename nor servname",
+    "temporary failure in name resolution",
+)
+"""What a failed host name lookup says, in the words of the platforms' resolvers."""
+_TLS_WORDS = ("ssl", "certificate", "tls")
+
 _KEY_VARIABLES = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
@@ -219,25 +228,36 @@ def _connection_cause(error: BaseException) -> str:
     """Name why a connection failed: refused, DNS, TLS, reset, or the library's words."""
     words = ""
     for link in _chain(error):
-        if isinstance(link, ConnectionRefusedError):
-            return "connection refused (is the server running and listening on that port?)"
-        if isinstance(link, socket.gaierror):
-            return f"cannot resolve the host name (DNS: {link.strerror or link})"
-        if isinstance(link, ssl.SSLError):
-            return f"TLS handshake failed ({_one_line(str(link))})"
         text = str(link)
-        lowered = text.lower()
-        if "connection refused" in lowered:
-            return "connection refused (is the server running and listening on that port?)"
-        if "name or service not known" in lowered or "nodename nor servname" in lowered:
-            return f"cannot resolve the host name (DNS: {_one_line(text)})"
-        if "temporary failure in name resolution" in lowered:
-            return f"cannot resolve the host name (DNS: {_one_line(text)})"
-        if "ssl" in lowered or "certificate" in lowered or "tls" in lowered:
-            return f"TLS handshake failed ({_one_line(text)})"
+        cause = _typed_cause(link) or _worded_cause(text)
+        if cause:
+            return cause
         if not words and text and text != "Connection error.":
             words = _one_line(text)
     return f"connection failed ({words or type(error).__name__})"
+
+
+def _typed_cause(link: BaseException) -> str:
+    """The cause an error's type names (refused, DNS, TLS); empty for another type."""
+    if isinstance(link, ConnectionRefusedError):
+        return _REFUSED
+    if isinstance(link, socket.gaierror):
+        return f"cannot resolve the host name (DNS: {link.strerror or link})"
+    if isinstance(link, ssl.SSLError):
+        return f"TLS handshake failed ({_one_line(str(link))})"
+    return ""
+
+
+def _worded_cause(text: str) -> str:
+    """The cause an error's text names (refused, DNS, TLS); empty when it names none."""
+    lowered = text.lower()
+    if "connection refused" in lowered:
+        return _REFUSED
+    if any(words in lowered for words in _DNS_WORDS):
+        return f"cannot resolve the host name (DNS: {_one_line(text)})"
+    if any(word in lowered for word in _TLS_WORDS):
+        return f"TLS handshake failed ({_one_line(text)})"
+    return ""
 
 
 def _key_variable(api_error: Any) -> str:

@@ -8,6 +8,7 @@ from typing import Any, TextIO, cast
 
 from langchain_core.messages import BaseMessage
 
+from ctxgraph.graph.cli.artifact_text import artifact_text, full_inputs
 from ctxgraph.graph.cli.render import (
     archive_marker_line,
     escape_control,
@@ -19,12 +20,10 @@ from ctxgraph.graph.cli.usage_table import thread_usage, usage_lines
 from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.nodes.compaction.ledger import Ledger, render_ledger
 from ctxgraph.nodes.compaction.render import render_sections
-from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
 from ctxgraph.state.context import validate_label, validate_thread_id
 from ctxgraph.state.delegations import STATUSES, DelegationEntry, DelegationRecord
 from ctxgraph.state.usage import UsageTotals
 from ctxgraph.store.artifacts import ArtifactError, ArtifactStore, UnknownArtifactError
-from ctxgraph.store.artifacts.redaction import prior_hashes
 from ctxgraph.store.ownership import check_thread_owner, thread_owner
 from ctxgraph.store.persistence.archive import (
     ArchiveRecord,
@@ -418,7 +417,7 @@ def _child_transcript(
     ref = entry.get("transcript_ref")
     if not isinstance(ref, str) or not ref:
         return [f"the transcript cannot be found: {missing} and no transcript artifact"]
-    text, problem = _artifact_text(artifacts, ref, None)
+    text, problem = artifact_text(artifacts, ref, None)
     if text is None:
         return [
             f"the transcript cannot be found: {missing}, and transcript artifact "
@@ -428,63 +427,6 @@ def _child_transcript(
         f"transcript from artifact {escape_control(ref)} ({missing}):",
         escape_control(text.rstrip("\n")),
     ]
-
-
-def full_inputs(
-    messages: Sequence[BaseMessage], artifacts: ArtifactStore | None
-) -> tuple[list[BaseMessage], dict[str, str]]:
-    """The messages with each offloaded user input's full text read back from its artifact.
-
-    Also returns a note per such message id: that the text comes from the artifact (the
-    model saw its head and tail), or that the artifact is missing or does not match, in
-    which case the message is shown as the model saw it. Without ``artifacts``, the
-    messages are returned as they are.
-    """
-    shown: list[BaseMessage] = []
-    notes: dict[str, str] = {}
-    if artifacts is None:
-        return list(messages), notes
-    for message in messages:
-        offload = message.additional_kwargs.get(OFFLOAD_KEY)
-        if message.type != "human" or not isinstance(offload, Mapping):
-            shown.append(message)
-            continue
-        ref = str(offload.get("ref"))
-        text, problem = _artifact_text(artifacts, ref, offload.get("sha256"))
-        if text is None:
-            notes[str(message.id)] = (
-                f"the full text of this input was offloaded to artifact {ref}, which {problem}; "
-                "shown as the model saw it"
-            )
-            shown.append(message)
-            continue
-        notes[str(message.id)] = (
-            f"full text from artifact {ref}; the model saw its beginning and end and the ref"
-        )
-        shown.append(message.model_copy(update={"content": text}))
-    return shown, notes
-
-
-def _redacted(artifacts: ArtifactStore, ref: str, sha256: str) -> bool:
-    """Whether the artifact held content with ``sha256`` before a forget redacted it."""
-    return sha256 in prior_hashes(artifacts.store, artifacts.thread_id, ref)
-
-
-def _artifact_text(artifacts: ArtifactStore, ref: str, sha256: object) -> tuple[str | None, str]:
-    """The artifact's text, or None and what is wrong with it."""
-    try:
-        artifact = artifacts.get(ref)
-        if artifact is None:
-            return None, "is missing (evicted, or never stored)"
-        if (
-            isinstance(sha256, str)
-            and sha256 != artifact.sha256
-            and not _redacted(artifacts, ref, sha256)
-        ):
-            return None, "holds different content than this message recorded"
-        return artifacts.read_text(ref), ""
-    except ArtifactError as error:
-        return None, f"cannot be read ({error})"
 
 
 def print_artifact(

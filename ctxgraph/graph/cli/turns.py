@@ -266,35 +266,60 @@ class _TurnPrinter:
         return True
 
     def _update_lines(self, payload: Any) -> list[str]:
+        """The lines of one ``updates`` event, node by node."""
         lines: list[str] = []
         for node, messages, entries in _updates(payload):
-            by_call = {str(entry.get("id")): entry for entry in entries}
-            covered: set[str] = set()
-            streamed = self._model_streamed and node == "model"
-            if node == "model":
-                self._model_streamed = False
-                self._held.clear()
-            for message in messages:
-                if not self._new(message):
-                    continue
-                if isinstance(message, AIMessage):
-                    self.final = message
-                    text = content_text(message)
-                    if text and not (streamed or message.id in self._streamed):
-                        lines.append(f"assistant: {escape_control(text)}")
-                    for call in message.tool_calls:
-                        entry = by_call.get(str(call.get("id")))
-                        if call["name"] == TASK_TOOL and entry is not None:
-                            # The progress line stands for the task call's line.
-                            lines.append(delegation_line(entry))
-                            covered.add(str(call.get("id")))
-                        else:
-                            lines.append(tool_call_line(call["name"], call["args"], call.get("id")))
-                elif isinstance(message, ToolMessage) and node == "tools":
-                    lines.append(tool_result_line(message))
-            lines.extend(
-                delegation_line(entry) for key, entry in by_call.items() if key not in covered
-            )
+            lines.extend(self._node_lines(node, messages, entries))
+        return lines
+
+    def _node_lines(
+        self, node: str, messages: list[Any], entries: list[Mapping[str, Any]]
+    ) -> list[str]:
+        """The lines of what ``node`` wrote: its new messages, then the other delegations."""
+        by_call = {str(entry.get("id")): entry for entry in entries}
+        covered: set[str] = set()
+        streamed = self._streamed_by(node)
+        lines: list[str] = []
+        for message in messages:
+            if not self._new(message):
+                continue
+            if isinstance(message, AIMessage):
+                lines.extend(self._answer_lines(message, by_call, covered, streamed=streamed))
+            elif isinstance(message, ToolMessage) and node == "tools":
+                lines.append(tool_result_line(message))
+        lines.extend(delegation_line(entry) for key, entry in by_call.items() if key not in covered)
+        return lines
+
+    def _streamed_by(self, node: str) -> bool:
+        """Whether ``node`` is the model and streamed its answer; its stream is then reset."""
+        streamed = self._model_streamed and node == "model"
+        if node == "model":
+            self._model_streamed = False
+            self._held.clear()
+        return streamed
+
+    def _answer_lines(
+        self,
+        message: AIMessage,
+        by_call: Mapping[str, Mapping[str, Any]],
+        covered: set[str],
+        *,
+        streamed: bool,
+    ) -> list[str]:
+        """A new answer's text (unless streamed), then a line per tool call; it is ``final``."""
+        self.final = message
+        lines: list[str] = []
+        text = content_text(message)
+        if text and not (streamed or message.id in self._streamed):
+            lines.append(f"assistant: {escape_control(text)}")
+        for call in message.tool_calls:
+            entry = by_call.get(str(call.get("id")))
+            if call["name"] == TASK_TOOL and entry is not None:
+                # The progress line stands for the task call's line.
+                lines.append(delegation_line(entry))
+                covered.add(str(call.get("id")))
+            else:
+                lines.append(tool_call_line(call["name"], call["args"], call.get("id")))
         return lines
 
 

@@ -239,44 +239,59 @@ def read_lines(text: str, confidence: float) -> Reading:
     said_none = False
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _BULLET.sub("", raw).strip()
-        if not line or line.startswith("```") or _RULE.match(line):
+        if _not_a_line(line):
             continue
         if _NONE.match(line):
             said_none = True
             continue
-        if "|" not in line:
-            continue  # chatter around the lines ("Here are the facts:")
-        parts = [part.strip() for part in line.strip("|").split("|")]
-        if [p.strip(_QUOTES).lower() for p in parts[:4]] == ["key", "content", "category", "quote"]:
-            continue  # the format copied as a header
-        label = f"line {number}"
-        if len(parts) < 3:
-            reading.facts += 1
-            reading.dropped.append((label, f"{label} is not in the format {LINE_FORMAT}"))
-            continue
-        key, content, *rest = parts
-        category = rest[0] if len(rest) > 1 else None
-        quote = "|".join(rest[1:] if len(rest) > 1 else rest).strip().strip(_QUOTES).strip()
-        item = {
-            "key": key,
-            "content": content,
-            "category": category,
-            "scope": "user",
-            "durability": "durable",
-            "authority": "transactional",
-            "confidence": confidence,
-            "evidence_message_id": UNCITED,
-            "evidence_text": quote,
-        }
-        _read_item(reading, item, label, "facts", reading.facts)
+        _read_line(reading, line, f"line {number}", confidence)
     if not reading.facts and not said_none:
-        size = len(text)
-        reading.problem = (
-            "an empty answer to the line prompt"
-            if not text.strip()
-            else f"no line in the format {LINE_FORMAT} and no NONE ({size} chars)"
-        )
+        reading.problem = _no_lines_problem(text)
     return reading
+
+
+def _not_a_line(line: str) -> bool:
+    """True for a blank line, a fence or a table rule: nothing to read in it."""
+    return not line or line.startswith("```") or bool(_RULE.match(line))
+
+
+def _read_line(reading: Reading, line: str, label: str, confidence: float) -> None:
+    """Read one ``key | content | category | "quote"`` line's fact into ``reading``."""
+    if "|" not in line:
+        return  # chatter around the lines ("Here are the facts:")
+    parts = [part.strip() for part in line.strip("|").split("|")]
+    if [p.strip(_QUOTES).lower() for p in parts[:4]] == ["key", "content", "category", "quote"]:
+        return  # the format copied as a header
+    if len(parts) < 3:
+        reading.facts += 1
+        reading.dropped.append((label, f"{label} is not in the format {LINE_FORMAT}"))
+        return
+    _read_item(reading, _line_fact(parts, confidence), label, "facts", reading.facts)
+
+
+def _line_fact(parts: list[str], confidence: float) -> dict[str, Any]:
+    """The fact of a line's ``parts``: about the user, durable, transactional, uncited."""
+    key, content, *rest = parts
+    category = rest[0] if len(rest) > 1 else None
+    quote = "|".join(rest[1:] if len(rest) > 1 else rest).strip().strip(_QUOTES).strip()
+    return {
+        "key": key,
+        "content": content,
+        "category": category,
+        "scope": "user",
+        "durability": "durable",
+        "authority": "transactional",
+        "confidence": confidence,
+        "evidence_message_id": UNCITED,
+        "evidence_text": quote,
+    }
+
+
+def _no_lines_problem(text: str) -> str:
+    """Why an answer to the line prompt gave no fact: empty, or no line in the format."""
+    if not text.strip():
+        return "an empty answer to the line prompt"
+    return f"no line in the format {LINE_FORMAT} and no NONE ({len(text)} chars)"
 
 
 def _is_profile(item: Mapping[str, Any]) -> bool:
@@ -285,40 +300,73 @@ def _is_profile(item: Mapping[str, Any]) -> bool:
 
 def _read_item(reading: Reading, item: Any, label: str, kind: str, index: int) -> None:
     """Read one listed fact or profile update into ``reading`` (or drop it, with why)."""
-    if kind == "facts":
-        reading.facts += 1
-    else:
-        reading.profile_updates += 1
-    if index >= MAX_ITEMS:
-        reading.dropped.append((label, f"{label} is beyond the {MAX_ITEMS} an answer may hold"))
+    _count_item(reading, kind)
+    unlisted = _unlisted(item, label, index)
+    if unlisted is not None:
+        reading.dropped.append((label, unlisted))
         return
-    if not isinstance(item, Mapping):
-        reading.dropped.append((label, f"{label} is not an object ({type(item).__name__})"))
-        return
-    fields = _FACT_FIELDS if kind == "facts" else _PROFILE_FIELDS
-    values = {name: item[name] for name in fields if _given(item.get(name))}
+    values = _given_fields(item, kind)
     name_of = values.get("key") if isinstance(values.get("key"), str) else None
     notes: list[str] = []
     if kind == "facts":
         _fact_defaults(values, label, notes)
-    own = ("key", "content") if kind == "facts" else ("section", "content")
-    missing = [name for name in (*_REQUIRED, *own) if name not in values]
+    missing = _missing_fields(values, kind)
     if missing:
         reading.dropped.append((name_of or label, f"{label} missing {', '.join(missing)}"))
         return
+    _label_defaults(values, label, notes)
+    try:
+        reading.candidates.append(_candidate(values, kind))
+    except ValidationError as error:
+        reading.dropped.append((name_of or label, f"{label} {_invalid(error)}"))
+        return
+    reading.defaults.extend(notes)
+
+
+def _count_item(reading: Reading, kind: str) -> None:
+    """Count one listed item of ``kind`` (``facts`` or ``profile_updates``) in ``reading``."""
+    if kind == "facts":
+        reading.facts += 1
+    else:
+        reading.profile_updates += 1
+
+
+def _unlisted(item: Any, label: str, index: int) -> str | None:
+    """Why ``item`` cannot be read at all (past ``MAX_ITEMS``, not an object), else None."""
+    if index >= MAX_ITEMS:
+        return f"{label} is beyond the {MAX_ITEMS} an answer may hold"
+    if not isinstance(item, Mapping):
+        return f"{label} is not an object ({type(item).__name__})"
+    return None
+
+
+def _given_fields(item: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The schema fields of a ``kind`` item that ``item`` gives (not None, not blank)."""
+    fields = _FACT_FIELDS if kind == "facts" else _PROFILE_FIELDS
+    return {name: item[name] for name in fields if _given(item.get(name))}
+
+
+def _missing_fields(values: Mapping[str, Any], kind: str) -> list[str]:
+    """The required fields of a ``kind`` item that ``values`` lacks, in schema order."""
+    own = ("key", "content") if kind == "facts" else ("section", "content")
+    return [name for name in (*_REQUIRED, *own) if name not in values]
+
+
+def _label_defaults(values: dict[str, Any], label: str, notes: list[str]) -> None:
+    """Default a missing authority and evidence message id, noting each in ``notes``."""
     if "authority" not in values:
         values["authority"] = "transactional"
         notes.append(f"{label} authority 'transactional'")
     if "evidence_message_id" not in values:
         values["evidence_message_id"] = UNCITED
         notes.append(f"{label} evidence_message_id {UNCITED!r}")
-    model = FactCandidate if kind == "facts" else ProfileUpdate
-    try:
-        reading.candidates.append(model.model_validate(values))
-    except ValidationError as error:
-        reading.dropped.append((name_of or label, f"{label} {_invalid(error)}"))
-        return
-    reading.defaults.extend(notes)
+
+
+def _candidate(values: Mapping[str, Any], kind: str) -> Candidate:
+    """``values`` validated as a fact or a profile update (raises ``ValidationError``)."""
+    if kind == "facts":
+        return FactCandidate.model_validate(values)
+    return ProfileUpdate.model_validate(values)
 
 
 def _fact_defaults(values: dict[str, Any], label: str, notes: list[str]) -> None:

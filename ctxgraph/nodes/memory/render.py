@@ -227,28 +227,54 @@ def _render(
     ranked: bool,
 ) -> str:
     """``render_memory``, counting tokens with ``count``."""
+    budget, correction_budget = _checked(mode, budget, correction_budget, top_n)
+    items = [_parse(index, fact) for index, fact in enumerate(facts)]
+    profile_lines = _profile_lines(profile)
+    base = _within_budget(count, profile_lines, budget)
+    if mode == "tool" or not items:
+        return base
+    if not ranked:
+        items = _ordered(items, facts, query)
+    limit = len(items) if top_n is None else top_n
+    return _fitted(count, profile_lines, _queues(items), (budget, correction_budget), limit)
+
+
+def _checked(mode: str, budget: int, correction_budget: int, top_n: int | None) -> tuple[int, int]:
+    """The budget and correction budget, checked with ``mode`` and ``top_n`` (``ValueError``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     budget = _positive("budget", budget)
     correction_budget = _positive("correction_budget", correction_budget)
     if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
         raise ValueError(f"top_n must be None or an int >= 0, got {top_n!r}")
-    items = [_parse(index, fact) for index, fact in enumerate(facts)]
+    return budget, correction_budget
 
-    profile_lines = _profile_lines(profile)
+
+def _within_budget(count: Count, profile_lines: list[str], budget: int) -> str:
+    """The text without facts; ``MemoryBudgetError`` when the profile alone is over ``budget``."""
     base = _assemble(profile_lines, [])
     tokens = count(base)
     if tokens > budget:
         raise MemoryBudgetError(
             BUDGET_MESSAGE.format(over=tokens - budget, budget=budget, tokens=tokens)
         )
-    if mode == "tool" or not items:
-        return base
+    return base
 
-    if not ranked:
-        items = _ordered(items, facts, query)
-    limit = len(items) if top_n is None else top_n
-    queues = [[i.line for i in items if i.correction], [i.line for i in items if not i.correction]]
+
+def _queues(items: Sequence[_Item]) -> list[list[str]]:
+    """The fact lines to choose from: corrections first, then the others, each in order."""
+    return [[i.line for i in items if i.correction], [i.line for i in items if not i.correction]]
+
+
+def _fitted(
+    count: Count,
+    profile_lines: list[str],
+    queues: list[list[str]],
+    budgets: tuple[int, int],
+    limit: int,
+) -> str:
+    """The profile and as many queued lines as ``budgets`` (all, corrections) and ``limit`` fit."""
+    budget, correction_budget = budgets
     if count is not count_text:
         # A caller's tokenizer need not count joined lines as the sum of their lines.
         chosen = _select(profile_lines, queues, budget, correction_budget, limit, count)
