@@ -9,6 +9,7 @@ summary instruction as its last message; a separate summary model, or
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from langgraph.runtime import Runtime
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
+from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.compaction.shared_prefix import SUMMARY_REQUEST_ID, SUMMARY_REQUEST_ORIGIN
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
@@ -118,13 +120,14 @@ class Node:
         summary: ScriptedChatModel | None = None,
         settings: Settings = SETTINGS,
         padding: str = "",
+        prompt: str | None = None,
     ) -> None:
         counter = TokenCounter()
         tools = [lookup, refund_order]
         self.settings = settings
         self.builder = RequestBuilder(tools, counter)
         models = Models(main=main, summary=summary)
-        self.compact = CompactNode(models, self.builder, settings, counter)
+        self.compact = CompactNode(models, self.builder, settings, counter, summary_prompt=prompt)
         self.model = ModelNode(main, tools, settings, self.builder)
         self.state: AgentState = {"messages": window(padding)}
         self.runtime = Runtime(context=CTX, store=InMemoryStore())
@@ -266,7 +269,10 @@ def test_the_compact_request_still_refuses_that_claim() -> None:
     assert update["summary"]["summary"].startswith("The user asked where orders A-1 to A-4")
 
 
-def test_a_fold_over_the_input_budget_falls_back_to_the_compact_request() -> None:
+def test_a_fold_over_the_input_budget_falls_back_to_the_compact_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="ctxgraph.compaction")
     model = ScriptedChatModel(responder=replying(SUMMARY))
     chosen = small(
         trigger_tokens=20_000,
@@ -276,6 +282,25 @@ def test_a_fold_over_the_input_budget_falls_back_to_the_compact_request() -> Non
     requests = [request for request, _ in summary_calls(model)]
     assert len(requests) >= 2  # chunks of the compact request
     assert all(request[0].content == SUMMARY_SYSTEM for request in requests)
+    [line] = [r.getMessage() for r in caplog.records if "compaction.summarized" in r.getMessage()]
+    assert "request=compact" in line
+    assert "shared_prefix_unfit: the folded messages are over summary_input_budget" in line
+
+
+def test_a_background_job_sends_the_shared_prefix_of_its_snapshot() -> None:
+    model = ScriptedChatModel(responder=replying(SUMMARY))
+    node = Node(model, settings=small(compaction_mode="background"))
+    store = node.runtime.store
+    assert store is not None
+    launch = node.compact.run_job(node.state, store, "bg", wait_s=30)
+    assert launch.state == "completed"
+    [(request, tools)] = summary_calls(model)
+    main_request, main_tools = node.main_call(model)
+    assert shape(request[:-1]) == shape(main_request) and tools == main_tools
+    assert request[-1].additional_kwargs[ORIGIN_KEY] == SUMMARY_REQUEST_ORIGIN
+    result = JobResults(store, "bg").ready(0)
+    assert result is not None and result.request == "shared_prefix"
+    assert result.calls[0]["cached_tokens"] == 700
 
 
 def test_cached_tokens_reach_the_summarized_event_and_model_usage() -> None:
@@ -311,3 +336,40 @@ def test_an_unknown_summary_request_names_the_setting() -> None:
         Settings(summary_request="cached")  # type: ignore[arg-type]
     env = Settings.from_env({"CTXGRAPH_SUMMARY_REQUEST": "compact"})
     assert env.summary_request == "compact"
+
+
+def test_a_background_result_is_checked_again_with_the_kept_messages_it_saw() -> None:
+    model = ScriptedChatModel(responder=replying(CLAIMS_REFUND))
+    node = Node(model, settings=small(compaction_mode="background"))
+    store = node.runtime.store
+    assert store is not None
+    thread_id = node.config["configurable"]["thread_id"]
+    assert node.compact.run_job(node.state, store, thread_id, wait_s=30).state == "completed"
+    assert len(summary_calls(model)) == 1
+    update = node.run()  # at the trigger: the stored result is applied, not written again
+    assert "refund_order" in update["summary"]["summary"]
+    assert len(summary_calls(model)) == 1
+
+
+def test_a_custom_summary_prompt_is_the_instruction_of_the_shared_prefix() -> None:
+    model = ScriptedChatModel(responder=replying(SUMMARY))
+    prompt = "CUSTOM HANDOFF of {folded}. Record so far: {previous_summary}. Max {max_tokens}."
+    Node(model, prompt=prompt).run()
+    [(request, _)] = summary_calls(model)
+    text = str(request[-1].content)
+    assert "CUSTOM HANDOFF of the messages above" in text and "Record so far: (none yet)." in text
+    assert "up to the assistant message that calls refund_order" in text
+    assert "call no tool" in text and "<folded_messages>" not in text
+
+
+def test_a_request_over_the_input_window_falls_back_to_the_compact_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="ctxgraph.compaction")
+    model = ScriptedChatModel(responder=replying(SUMMARY))
+    padding = "The details of this turn matter. " * 40
+    Node(model, settings=small(context_window=1_500), padding=padding).run()
+    [(request, _)] = summary_calls(model)
+    assert request[0].content == SUMMARY_SYSTEM
+    [line] = [r.getMessage() for r in caplog.records if "compaction.summarized" in r.getMessage()]
+    assert "over the summary model's input window of 1500" in line
