@@ -373,3 +373,19 @@ def test_a_request_over_the_input_window_falls_back_to_the_compact_request(
     assert request[0].content == SUMMARY_SYSTEM
     [line] = [r.getMessage() for r in caplog.records if "compaction.summarized" in r.getMessage()]
     assert "over the summary model's input window of 1500" in line
+
+
+def test_unreported_usage_counts_the_shared_request_with_its_tool_schemas() -> None:
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        return AIMessage(SUMMARY if is_summary_request(messages) else "Refunded.")
+
+    model = ScriptedChatModel(responder=reply)
+    node = Node(model)
+    update = node.run()
+    [(request, _)] = summary_calls(model)
+    counter = TokenCounter()
+    schemas = node.builder.bound_tool_tokens(node.state, node.settings)
+    assert schemas > 0
+    expected = sum(counter.count_message(m) for m in request) + counter.count_messages([])
+    usage = update["model_usage"]["summary"]
+    assert usage["local_calls"] == 1 and usage["input_tokens"] == expected + schemas

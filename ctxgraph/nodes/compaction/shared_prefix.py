@@ -112,6 +112,8 @@ class SharedPrefix:
     """The last message (``marked_request``)."""
     instruction_words: str
     """The fixed words of every prompt the model may be sent (for the echo check)."""
+    tool_tokens: int = 0
+    """Tokens of the bound tool schemas, as counted locally (for usage counted locally)."""
     _bound: dict[int, Runnable[LanguageModelInput, BaseMessage]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -255,6 +257,7 @@ class SummaryRequests:
             tools=tuple(builder.binding.select(names)),
             instruction=instruction,
             instruction_words=self._words,
+            tool_tokens=request.tool_tokens or 0,
         )
 
     def _sent(self, request: Request, settings: Settings) -> list[BaseMessage]:

@@ -495,7 +495,7 @@ class _Writing:
         )
 
     def _sent_tokens(self) -> int:
-        """Local tokens of the request just answered, as ``count_messages`` counts them.
+        """Local tokens of the request just answered (a shared prefix's tool schemas too).
 
         The chunk's prompt is counted once, however many models and repairs it goes to.
         """
@@ -503,7 +503,8 @@ class _Writing:
         if self._prompt_tokens is None:
             self._prompt_tokens = sum(self._counter.count_message(m) for m in prompt)
         extra = (self._repair or prompt)[len(prompt) :]
-        return self._prompt_tokens + self._counter.count_messages(extra)
+        schemas = 0 if self._shared is None else self._shared.tool_tokens
+        return self._prompt_tokens + self._counter.count_messages(extra) + schemas
 
     def failed(self, error: Exception) -> None:
         """Note the current model's failure; the next call goes to the next model."""
