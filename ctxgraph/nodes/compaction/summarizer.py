@@ -366,8 +366,10 @@ class _Writing:
     The sync and async writers share it and differ only in how they call the model. The
     folded messages go in chunks of whole exchanges (see ``take_chunk``), each on top of
     the sections the previous chunk produced; each chunk is offered to the models in
-    order until one answers with acceptable sections. An answer that lacks sections or
-    fails the checks gets one repair request to the same model first.
+    order until one answers with acceptable sections. An answer that lacks sections,
+    fails the checks or calls a tool gets one repair request to the same model first. A
+    job with a shared prefix (``shared_prefix``) is one call, the tools bound, and its
+    repair request extends that prefix.
     """
 
     def __init__(
