@@ -151,6 +151,17 @@ class Settings:
             "so the window stays bounded; 'off' skips the compaction and keeps every message."
         },
     )
+    summary_request: Literal["auto", "shared_prefix", "compact"] = field(
+        default="auto",
+        metadata={
+            "description": "How a summary call is sent. shared_prefix: the main model's own "
+            "request for the state being compacted (same messages, same tool schemas) plus "
+            "the summary instruction as the last message, so a provider's prompt cache "
+            "serves the prefix; compact: a fresh, short prompt with a transcript of the "
+            "folded messages. auto (default) is shared_prefix when the summary model is the "
+            "main model, else compact; env CTXGRAPH_SUMMARY_REQUEST."
+        },
+    )
     summary_input_budget: int = field(
         default=12_000,
         metadata={

@@ -324,6 +324,7 @@ COMPACTION_RULES: tuple[Rule, ...] = (
     compacted_request_fits,
     Number("compaction_target", 0.3, 1, example=0.85),
     Choice("summary_fallback", ("record", "off")),
+    Choice("summary_request", ("auto", "shared_prefix", "compact")),
     Number("trigger_fraction", 0, 1, low_open=True, example=0.8, optional=True),
 )
 """Compaction: its triggers, what it keeps, the summary and the ledger."""

@@ -26,6 +26,7 @@ ENVIRONMENT_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CTXGRAPH_KEEP_MESSAGES": ("keep_messages", int),
     "CTXGRAPH_COMPACTION_MODE": ("compaction_mode", str),
     "CTXGRAPH_SUMMARY_FALLBACK": ("summary_fallback", str),
+    "CTXGRAPH_SUMMARY_REQUEST": ("summary_request", str),
     "CTXGRAPH_MEMORY_EXTRACTION": ("memory_extraction", str),
     "CTXGRAPH_MEMORY_WAIT_S": ("memory_wait_s", float),
     "CTXGRAPH_MEMORY_QUIET_SECONDS": ("memory_quiet_seconds", float),

@@ -9,7 +9,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from ctxgraph.graph.demo import demo_summary
+from ctxgraph.nodes.compaction.shared_prefix import SUMMARY_REQUEST_ORIGIN
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.state.messages import message_origin
 from ctxgraph.state.scripted_model import ScriptedChatModel
 
 MainReply = AIMessage | str | BaseException
@@ -17,12 +19,13 @@ MainReply = AIMessage | str | BaseException
 
 
 def is_summary_request(messages: Sequence[BaseMessage]) -> bool:
-    """True for a summary call: its first message is the summary system prompt."""
-    return (
-        bool(messages)
-        and isinstance(messages[0], SystemMessage)
-        and messages[0].content == SUMMARY_SYSTEM
-    )
+    """True for a summary call: a compact one opens with the summary system prompt, a
+    shared-prefix one ends with the marked summary instruction (or its repair request)."""
+    if not messages:
+        return False
+    if message_origin(messages[-1]) == SUMMARY_REQUEST_ORIGIN:
+        return True
+    return isinstance(messages[0], SystemMessage) and messages[0].content == SUMMARY_SYSTEM
 
 
 def summary_requests(model: ScriptedChatModel) -> list[list[BaseMessage]]:

@@ -187,6 +187,7 @@ class BackgroundJobs:
             latency_s=round(latency, 3),
             tokens_before=snapshot.tokens_before,
             calls=tuple(usage),
+            request="compact" if snapshot.job.prefix is None else "shared_prefix",
         )
         JobResults(store, thread_id).put(result)
         emit(

@@ -39,6 +39,7 @@ from ctxgraph.nodes.compaction.job_state import (
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults
 from ctxgraph.nodes.compaction.partition import repair_tool_pairs
 from ctxgraph.nodes.compaction.planner import CompactionPlanner, Plan
+from ctxgraph.nodes.compaction.shared_prefix import SummaryRequests
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.compaction_state import CompactionJob
 from ctxgraph.state.graph_state import AgentState
@@ -77,12 +78,17 @@ class BackgroundCompactor:
         commit: CompactionCommit,
         jobs: BackgroundJobs,
         queue: JobQueue | None = None,
+        *,
+        requests: SummaryRequests | None = None,
     ) -> None:
         """Plan with ``planner``, commit with ``commit``, run jobs with ``jobs``.
 
         ``queue``, when given, receives the jobs of async runs instead of a thread of this
-        process (on a LangGraph server: ``ServerJobQueue``).
+        process (on a LangGraph server: ``ServerJobQueue``). ``requests`` gives a job run
+        in this process the shared-prefix request of its snapshot's state; a queued job
+        (a JSON payload) always sends the compact request.
         """
+        self._requests = requests
         self._planner = planner
         self._commit = commit
         self._jobs = jobs
@@ -205,6 +211,8 @@ class BackgroundCompactor:
             leases.release(lease)
             plan.skipped()
             return Launch(UNFIT, reason=plan.unfit)
+        if self._requests is not None:
+            plan = self._requests.attach(plan, state)
         snapshot = JobSnapshot(
             thread_id=thread_id,
             base_version=version,
@@ -222,6 +230,8 @@ class BackgroundCompactor:
             token=lease.token,
             folded=len(plan.old),
             tokens_before=before.tokens,
+            request="compact" if plan.prefix is None else "shared_prefix",
+            **({"reasons": [plan.request_note]} if plan.request_note else {}),
         )
         return Launch("running", lease=lease, worker=worker)
 
@@ -335,7 +345,7 @@ class BackgroundCompactor:
         by_id = {str(m.id): m for m in everything}
         old: list[AnyMessage] = [by_id[i] for i in result.folded_ids]
         kept = [m for m in repaired if str(m.id) not in folded]
-        job_plan = plan.refolded(old, kept)
+        job_plan = plan.refolded(old, kept, shown=result.request == "shared_prefix")
         problems = job_plan.check(result.sections)
         if problems:
             return "the summary no longer passes its checks: " + "; ".join(problems)

@@ -36,11 +36,15 @@ STALE = "stale"
 INVENTED_SUCCESS = "invented_success"
 """A claimed tool run or success that the ledger does not hold."""
 
+TOOL_CALL = "tool_call"
+"""The answer called a tool instead of writing the record (a shared-prefix request binds
+the main model's tools)."""
+
 MISSING_SECTIONS = "missing_sections"
 CONTRADICTION = "contradiction"
 OTHER = "other"
 
-REASONS = (ECHO, STALE, INVENTED_SUCCESS, MISSING_SECTIONS, CONTRADICTION, OTHER)
+REASONS = (ECHO, STALE, INVENTED_SUCCESS, TOOL_CALL, MISSING_SECTIONS, CONTRADICTION, OTHER)
 """Every reason a rejected candidate is reported with (``compaction.rejected``)."""
 
 DEGRADED_KEY = "degraded"
@@ -363,7 +367,7 @@ def problem_reasons(problems: Iterable[str], *, missing_sections: bool = False) 
     found: set[str] = {MISSING_SECTIONS} if missing_sections else set()
     for problem in problems:
         name = problem.partition(": ")[0]
-        if name in (ECHO, STALE, INVENTED_SUCCESS):
+        if name in (ECHO, STALE, INVENTED_SUCCESS, TOOL_CALL):
             found.add(name)
         elif CONTRADICTION_MARK in problem:
             found.add(CONTRADICTION)

@@ -196,13 +196,16 @@ class _Attempt:
         if self._reported:
             return
         self._reported = True
+        plan = self._plan
+        reasons = [*self._reasons, *([plan.request_note] if plan.request_note else [])]
         emit(
             "summarized",
             self._plan.archive.thread_id,
             base_version=int(self._plan.mark.get("version", 0) or 0),
             outcome=outcome,
             folded=len(self._plan.old),
-            **({"reasons": list(self._reasons)} if self._reasons else {}),
+            request="compact" if plan.prefix is None else "shared_prefix",
+            **({"reasons": reasons} if reasons else {}),
             **calls_event_fields(self.usage),
         )
 

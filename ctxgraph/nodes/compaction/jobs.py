@@ -78,6 +78,9 @@ class JobResult:
     """The usage of the job's summary calls; the thread's ``model_usage`` adds it once,
     when the result is applied or discarded (a result stored before usage was kept has
     none)."""
+    request: str = "compact"
+    """``shared_prefix`` when the summary request showed the kept messages too (then they
+    are evidence when the result is checked again), else ``compact``."""
 
     @property
     def key(self) -> str:
@@ -107,6 +110,7 @@ class JobResult:
                 latency_s=float(value["latency_s"]),
                 tokens_before=int(value["tokens_before"]),
                 calls=stored_calls(value.get("calls")),
+                request=str(value.get("request") or "compact"),
             )
         except (KeyError, TypeError, ValueError):
             return None

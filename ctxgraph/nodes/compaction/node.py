@@ -36,6 +36,7 @@ from ctxgraph.nodes.compaction.planner import (
     Plan,
     summary_check,
 )
+from ctxgraph.nodes.compaction.shared_prefix import SummaryRequests
 from ctxgraph.nodes.compaction.summarizer import SummaryWriter
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize
@@ -97,7 +98,9 @@ class CompactNode:
             queue: Receives the background jobs of async runs instead of a thread of this
                 process (on a LangGraph server: ``ServerJobQueue``).
             summary_prompt: A template replacing ``SUMMARY_PROMPT`` in every summary
-                call, inline and in the background (see ``SummaryWriter``).
+                call, inline and in the background (see ``SummaryWriter``). In a
+                shared-prefix request it is the instruction's text, filled with pointers
+                to the record and the messages above (see ``shared_prefix``).
 
         Raises:
             PromptTemplateError: ``summary_prompt`` is not a usable summary template.
@@ -110,7 +113,10 @@ class CompactNode:
         writer = SummaryWriter(summary_models, counter, prompt=summary_prompt)
         self._inline = InlineCompactor(planner, writer, self._commit, counter)
         jobs = BackgroundJobs(summary_models, counter, prompt=summary_prompt)
-        self._background = BackgroundCompactor(planner, self._commit, jobs, queue)
+        self._requests = SummaryRequests(models, builder, counter, template=summary_prompt)
+        self._background = BackgroundCompactor(
+            planner, self._commit, jobs, queue, requests=self._requests
+        )
         self._offloads = StepOffloads(
             planner.measure, planner.fresh_measure, planner.split, counter
         )
@@ -216,6 +222,7 @@ class CompactNode:
             applied = yield from io(apply, threaded(apply), plan, window, config, wait_s=wait)
             if applied is not None:
                 return applied
+        plan = self._requests.attach(plan, state)
         return (yield from self._inline.compact(plan, window, config))
 
     def run_job(

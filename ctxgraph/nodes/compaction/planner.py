@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, RemoveMessage
@@ -44,6 +44,9 @@ from ctxgraph.state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
 from ctxgraph.state.tokens import count_text
 from ctxgraph.state.usage import CallUsage
 from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, build_record
+
+if TYPE_CHECKING:
+    from ctxgraph.nodes.compaction.shared_prefix import SharedPrefix
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -90,6 +93,14 @@ class Plan:
     discarded_usage: list[CallUsage] = field(default_factory=list, compare=False)
     """The summary calls of stored job results discarded during this attempt, billed all
     the same: whichever update the attempt returns takes them into ``model_usage``."""
+    prefix: SharedPrefix | None = None
+    """The shared-prefix summary request (``shared_prefix.SummaryRequests``); None sends
+    the compact one."""
+    shown: tuple[AnyMessage, ...] = ()
+    """Messages the summary request shows besides the folded ones (the kept messages of a
+    shared-prefix request): evidence for the invented-success check."""
+    request_note: str | None = None
+    """Why the compact request is sent although a shared prefix was asked for."""
 
     def summary(self, sections: dict[str, str]) -> SummaryRecord:
         """The summary record for candidate sections: schema version, sections, ledger."""
@@ -103,7 +114,9 @@ class Plan:
     def check(self, sections: dict[str, str]) -> list[str]:
         """Schema, size, ledger and faithfulness problems of candidate sections."""
         summary = self.summary(sections)
-        return summary_problems(summary, self.settings, previous=self.previous, folded=self.old)
+        return summary_problems(
+            summary, self.settings, previous=self.previous, folded=self.old, shown=self.shown
+        )
 
     def skipped(self) -> None:
         """Say that no summary is asked for, and why (``compaction.skipped``, ``unfit``)."""
@@ -122,12 +135,18 @@ class Plan:
         """The summary call's input."""
         latest = next((m for m in reversed(self.kept) if is_real_user_message(m)), None)
         request = "" if latest is None else latest.text
-        return SummaryJob(self.previous, self.old, request, self.archive.thread_id)
+        return SummaryJob(self.previous, self.old, request, self.archive.thread_id, self.prefix)
 
-    def refolded(self, old: list[AnyMessage], kept: list[AnyMessage]) -> Plan:
-        """A copy of the plan that folds ``old`` and keeps ``kept`` (a job's snapshot)."""
+    def refolded(
+        self, old: list[AnyMessage], kept: list[AnyMessage], *, shown: bool = False
+    ) -> Plan:
+        """A copy of the plan that folds ``old`` and keeps ``kept`` (a job's snapshot).
+
+        ``shown``: the job's summary request showed the kept messages (a shared prefix).
+        """
         ledger = merged_ledger(self.previous, old, self.settings)
-        return replace(self, old=old, kept=kept, ledger=ledger, unfit=None)
+        seen = tuple(kept) if shown else ()
+        return replace(self, old=old, kept=kept, ledger=ledger, unfit=None, shown=seen)
 
 
 @dataclass(frozen=True)
@@ -318,7 +337,7 @@ class CompactionPlanner:
                 ledger = smaller
             summary: SummaryRecord = {**plan.summary(sections), "ledger": ledger}
             if step and summary_problems(
-                summary, plan.settings, previous=plan.previous, folded=plan.old
+                summary, plan.settings, previous=plan.previous, folded=plan.old, shown=plan.shown
             ):
                 continue
             finished = self._finished(plan, summary)
@@ -429,14 +448,17 @@ def merged_ledger(
 
 
 def summary_check(
-    previous: Mapping[str, Any] | None, folded: list[AnyMessage], settings: Settings
+    previous: Mapping[str, Any] | None,
+    folded: list[AnyMessage],
+    settings: Settings,
+    shown: tuple[AnyMessage, ...] = (),
 ) -> Check:
     """The check a job's candidate sections must pass: the ``Plan.check`` of its snapshot."""
     ledger = merged_ledger(previous, folded, settings)
 
     def check(sections: dict[str, str]) -> list[str]:
         summary = {"schema_version": SUMMARY_SCHEMA_VERSION, **sections, "ledger": ledger}
-        return summary_problems(summary, settings, previous=previous, folded=folded)
+        return summary_problems(summary, settings, previous=previous, folded=folded, shown=shown)
 
     return check
 

@@ -6,16 +6,17 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.faithfulness import (
     MISSING_SECTIONS,
+    TOOL_CALL,
     echo_problems,
     instruction_text,
     problem_reasons,
@@ -35,6 +36,9 @@ from ctxgraph.state.prompt_template import check_template
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.state.usage import CallUsage, call_usage
+
+if TYPE_CHECKING:
+    from ctxgraph.nodes.compaction.shared_prefix import SharedPrefix
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -147,6 +151,8 @@ class SummaryJob:
     current_request: str
     thread_id: str = ""
     """The thread the summary is for: it names the ``compaction.rejected`` events."""
+    prefix: SharedPrefix | None = None
+    """The shared-prefix request to send instead of the compact one, in one call."""
 
 
 def parse_sections(text: str) -> dict[str, str]:
@@ -360,8 +366,10 @@ class _Writing:
     The sync and async writers share it and differ only in how they call the model. The
     folded messages go in chunks of whole exchanges (see ``take_chunk``), each on top of
     the sections the previous chunk produced; each chunk is offered to the models in
-    order until one answers with acceptable sections. An answer that lacks sections or
-    fails the checks gets one repair request to the same model first.
+    order until one answers with acceptable sections. An answer that lacks sections,
+    fails the checks or calls a tool gets one repair request to the same model first. A
+    job with a shared prefix (``shared_prefix``) is one call, the tools bound, and its
+    repair request extends that prefix.
     """
 
     def __init__(
@@ -382,7 +390,10 @@ class _Writing:
         self._models = models
         self._counter = counter
         self._template = template
-        self._instruction = prompts_instruction(template)
+        self._shared = job.prefix
+        self._instruction = (
+            prompts_instruction(template) if job.prefix is None else job.prefix.instruction_words
+        )
         self._reasons: dict[str, None] = {}
         """Why answers were refused, in order, once each (``SummaryError.reasons``)."""
         self._previous: Mapping[str, Any] | None = job.previous
@@ -395,7 +406,9 @@ class _Writing:
         self._prompt_tokens: int | None = None
         """Local tokens of ``_prompt``'s messages (reply priming left out), once counted."""
 
-    def next_call(self) -> tuple[BaseChatModel, list[BaseMessage]] | None:
+    def next_call(
+        self,
+    ) -> tuple[Runnable[LanguageModelInput, BaseMessage], list[BaseMessage]] | None:
         """The model to call and its prompt; None once the summary is written.
 
         Raises:
@@ -410,7 +423,9 @@ class _Writing:
             self._prompt_tokens = None
         if self._tried >= len(self._models):
             raise SummaryError("; ".join(self._failures), list(self._reasons))
-        return self._models[self._tried], self._repair or self._prompt
+        model = self._models[self._tried]
+        bound = model if self._shared is None else self._shared.bound(model)
+        return bound, self._repair or self._prompt
 
     def answered(self, reply: BaseMessage) -> None:
         """Take the current model's reply: the chunk is done, or that model failed."""
@@ -438,6 +453,15 @@ class _Writing:
 
     def _accept(self, reply: BaseMessage) -> dict[str, str]:
         """The sections of ``reply``; raises ``SummaryError`` when they cannot be used."""
+        calls = getattr(reply, "tool_calls", None) or []
+        if calls:
+            names = ", ".join(sorted({str(call.get("name")) for call in calls}))
+            raise RejectedSummaryError(
+                [
+                    f"{TOOL_CALL}: the answer called {names} instead of writing the record; "
+                    "answer in text and call no tool"
+                ]
+            )
         text = answer_text(reply).strip()
         if not text:
             raise SummaryError("the model returned an empty summary")
@@ -473,7 +497,7 @@ class _Writing:
         )
 
     def _sent_tokens(self) -> int:
-        """Local tokens of the request just answered, as ``count_messages`` counts them.
+        """Local tokens of the request just answered (a shared prefix's tool schemas too).
 
         The chunk's prompt is counted once, however many models and repairs it goes to.
         """
@@ -481,7 +505,8 @@ class _Writing:
         if self._prompt_tokens is None:
             self._prompt_tokens = sum(self._counter.count_message(m) for m in prompt)
         extra = (self._repair or prompt)[len(prompt) :]
-        return self._prompt_tokens + self._counter.count_messages(extra)
+        schemas = 0 if self._shared is None else self._shared.tool_tokens
+        return self._prompt_tokens + self._counter.count_messages(extra) + schemas
 
     def failed(self, error: Exception) -> None:
         """Note the current model's failure; the next call goes to the next model."""
@@ -501,6 +526,8 @@ class _Writing:
         else:
             missing = str(error).partition("section(s) ")[2] or "all four"
             request = REPAIR_PROMPT.format(missing=missing, max_tokens=max_tokens)
+        if self._shared is not None:
+            return [*prompt, AIMessage(content=quoted), self._shared.repair_message(request)]
         return [*prompt, AIMessage(content=quoted), HumanMessage(content=request)]
 
     def sections(self) -> dict[str, str]:
@@ -509,7 +536,13 @@ class _Writing:
         return {key: str(self._previous[key]) for key, _ in SECTIONS}
 
     def _next_prompt(self) -> tuple[list[BaseMessage], list[list[BaseMessage]]]:
-        """The prompt for the next chunk, and the units left after it."""
+        """The prompt for the next chunk, and the units left after it.
+
+        A shared-prefix request folds every unit in one call (``SummaryRequests`` sends
+        the compact request when they would need chunks).
+        """
+        if self._shared is not None:
+            return self._shared.prompt(), []
         settings, request = self._settings, self._job.current_request
         # About four characters a token: one message may use half the input budget.
         max_chars = settings.summary_input_budget * 2

@@ -8,7 +8,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from ctxgraph.nodes.compaction.faithfulness import faithfulness_problems
-from ctxgraph.nodes.compaction.ledger import find_contradictions
+from ctxgraph.nodes.compaction.ledger import derive_ledger, find_contradictions, merge_ledgers
 from ctxgraph.nodes.compaction.sections import SECTIONS, render_sections
 from ctxgraph.nodes.compaction.triggers import fired_triggers, pressing_kinds
 from ctxgraph.nodes.request_size import RequestSize
@@ -23,6 +23,7 @@ def summary_problems(
     *,
     previous: Mapping[str, Any] | None = None,
     folded: Sequence[BaseMessage] = (),
+    shown: Sequence[BaseMessage] = (),
 ) -> list[str]:
     """Schema, size, ledger-consistency and faithfulness problems of a summary record.
 
@@ -32,6 +33,9 @@ def summary_problems(
         settings: Supplies ``summary_max_tokens``.
         previous: The record it replaces, for the stale check.
         folded: The messages it folds, for the stale check (none: no stale check).
+        shown: Messages the summary request showed besides the folded ones (the kept
+            messages of a shared-prefix request): a success they hold is evidence for the
+            invented-success check, though the record's ledger does not hold it.
 
     Returns:
         The problems; empty means acceptable. Faithfulness problems start with their
@@ -59,8 +63,12 @@ def summary_problems(
         problems.append("the ledger is missing")
     else:
         problems.extend(find_contradictions(text, ledger))
+        evidence: Mapping[str, Any] = ledger
+        if shown:
+            read_only = frozenset(settings.read_only_tools)
+            evidence = merge_ledgers(ledger, derive_ledger(shown, read_only_tools=read_only))
         problems.extend(
-            faithfulness_problems(summary, previous=previous, folded=folded, ledger=ledger)
+            faithfulness_problems(summary, previous=previous, folded=folded, ledger=evidence)
         )
     return problems
 
