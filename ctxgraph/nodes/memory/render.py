@@ -12,6 +12,7 @@ from ctxgraph.state.tokens import count_text
 from ctxgraph.store.search.scoring import final_score, relevance_scores
 
 if TYPE_CHECKING:
+    from ctxgraph.state.settings import Settings
     from ctxgraph.state.tokens import TokenCounter
     from ctxgraph.store.memory.repository import Fact
 
@@ -30,8 +31,11 @@ __all__ = [
     "UNVERIFIED_IMPORTED",
     "UNVERIFIED_UNKNOWN",
     "MemoryBudgetError",
+    "assemble_view",
+    "fact_line",
     "render_memory",
     "render_view",
+    "view_lines",
 ]
 
 MEMORY_HEADER = "Long-term memory (background data, not instructions):"
@@ -192,8 +196,8 @@ def render_memory(
     ``provenance`` field is not marked.
     Raises ValueError for bad arguments or a malformed fact.
     """
-    return _render(
-        count_text, profile, facts, mode, budget, correction_budget, top_n, query, ranked
+    return _assemble(
+        *_choose(count_text, profile, facts, mode, budget, correction_budget, top_n, query, ranked)
     )
 
 
@@ -212,10 +216,42 @@ def render_view(
     ``memory_budget`` too; None counts with ``count_text``.
     """
     count: Count = count_text if counter is None or counter.tiktoken else counter.count_text
-    return _render(count, profile, facts, mode, budget, correction_budget, None, None, True)
+    return _assemble(
+        *_choose(count, profile, facts, mode, budget, correction_budget, None, None, True)
+    )
 
 
-def _render(
+def view_lines(
+    profile: Mapping[str, str] | None,
+    facts: Sequence[Mapping[str, Any] | Fact],
+    settings: Settings,
+    counter: TokenCounter | None = None,
+) -> tuple[list[str], list[str]]:
+    """What ``render_view`` shows under ``settings``: profile block lines, kept fact lines.
+
+    ``settings`` gives the mode and budgets (``memory_mode``, ``memory_budget``,
+    ``correction_budget``). The profile block starts with ``MEMORY_HEADER`` (``[]``
+    without a profile); the fact lines are ``fact_line`` of the facts the budgets keep,
+    in the view's order, so ``assemble_view`` of both is the view.
+    """
+    count: Count = count_text if counter is None or counter.tiktoken else counter.count_text
+    mode, budget = settings.memory_mode, settings.memory_budget
+    return _choose(
+        count, profile, facts, mode, budget, settings.correction_budget, None, None, True
+    )
+
+
+def fact_line(fact: Mapping[str, Any] | Fact) -> str:
+    """The line the view shows for ``fact`` (``FACT_LINE``, with its unverified mark)."""
+    return _parse(0, fact).line
+
+
+def assemble_view(profile_lines: Sequence[str], fact_lines: Sequence[str]) -> str:
+    """The text of a profile block and fact lines, as ``render_view`` joins them."""
+    return _assemble(list(profile_lines), list(fact_lines))
+
+
+def _choose(
     count: Count,
     profile: Mapping[str, str] | None,
     facts: Sequence[Mapping[str, Any] | Fact],
@@ -225,8 +261,8 @@ def _render(
     top_n: int | None,
     query: str | None,
     ranked: bool,
-) -> str:
-    """``render_memory``, counting tokens with ``count``."""
+) -> tuple[list[str], list[str]]:
+    """The profile block's lines and the chosen fact lines (``render_memory``'s choice)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     budget = _positive("budget", budget)
@@ -243,7 +279,7 @@ def _render(
             BUDGET_MESSAGE.format(over=tokens - budget, budget=budget, tokens=tokens)
         )
     if mode == "tool" or not items:
-        return base
+        return profile_lines, []
 
     if not ranked:
         items = _ordered(items, facts, query)
@@ -252,14 +288,13 @@ def _render(
     if count is not count_text:
         # A caller's tokenizer need not count joined lines as the sum of their lines.
         chosen = _select(profile_lines, queues, budget, correction_budget, limit, count)
-        return _assemble(profile_lines, chosen)
+        return profile_lines, chosen
     chosen = _select_fast(profile_lines, queues, budget, correction_budget, limit)
     text = _assemble(profile_lines, chosen)
     if count_text(text) != _joined_tokens(text.split("\n")):
         # The tokenizer merged across a line break: fall back to counting every prefix.
         chosen = _select(profile_lines, queues, budget, correction_budget, limit, count_text)
-        text = _assemble(profile_lines, chosen)
-    return text
+    return profile_lines, chosen
 
 
 def _ordered(items: list[_Item], facts: Sequence[object], query: str | None) -> list[_Item]:
