@@ -114,9 +114,13 @@ def note_index(note: MemoryNote, window: Sequence[BaseMessage]) -> int:
 
 
 def note_message(note: MemoryNote) -> HumanMessage:
-    """A note as a data message: marked by origin, hidden from UIs, never stored."""
+    """A note as a data message: marked by origin, hidden from UIs, never stored.
+
+    The id carries the digest of the text (a redacted note gets a new one), so token
+    counts cached per id stay right.
+    """
     return HumanMessage(
         content=note["text"],
-        id=f"{NOTE_ID}-{note['digest']}",
+        id=f"{NOTE_ID}-{view_digest(note['text'])}",
         additional_kwargs={ORIGIN_KEY: "memory", HIDE_FROM_UI_KEY: True},
     )

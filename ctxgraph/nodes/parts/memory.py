@@ -77,7 +77,7 @@ class MemoryPart(Part):
         self._repositories = repositories
         # The memory message of the latest view; a turn's requests all carry the same one.
         self._cache: tuple[str, HumanMessage] | None = None
-        # The message of each note by digest, so a note is one object from request to request.
+        # The message of each note by text, so a note is one object from request to request.
         self._notes: dict[str, HumanMessage] = {}
 
     def repositories(self, settings: Settings) -> RepositoryFactory:
@@ -117,17 +117,17 @@ class MemoryPart(Part):
         return plan_notes(state.get("memory_notes"), selection, record, window)
 
     def _note_message(self, note: MemoryNote) -> HumanMessage:
-        message = self._notes.get(note["digest"])
+        message = self._notes.get(note["text"])
         if message is None:
-            message = self._notes[note["digest"]] = note_message(note)
+            message = self._notes[note["text"]] = note_message(note)
         return message
 
     def per_turn(self, state: AgentState, window: Sequence[BaseMessage]) -> Sequence[TurnMessage]:
         """The window's notes at their places, or the view where ``anchor_index`` puts it."""
         notes = self._planned(state, window)
         if notes is not None:
-            digests = {note["digest"] for note in notes["notes"]}
-            self._notes = {d: m for d, m in self._notes.items() if d in digests}
+            texts = {note["text"] for note in notes["notes"]}
+            self._notes = {t: m for t, m in self._notes.items() if t in texts}
             return [
                 TurnMessage(note_index(note, window), self._note_message(note))
                 for note in notes["notes"]
