@@ -20,6 +20,7 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.demo import demo_memory
+from ctxgraph.nodes.memory.filter import filter_for_memory
 from ctxgraph.nodes.memory.notes import plan_notes, record_of
 from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.request import view_digest
@@ -232,6 +233,16 @@ def test_notes_never_reach_the_extraction_model() -> None:
     assert len(conversations) == len(memory.requests) >= 1
     assert HEADER not in seen and "Remembered facts" not in seen and "[context]" not in seen
     assert "[u1] user: green tea please. I prefer short answers." in seen
+
+
+def test_the_extraction_filter_drops_a_note_even_inside_the_window() -> None:
+    main = ScriptedChatModel(responder=answer)
+    graph_for(seeded_store(), main).invoke(
+        {"messages": [HumanMessage("green tea please", id="u1")]}, CONFIG, context=USER
+    )
+    (note_message,) = memory_of(main.requests[0])
+    rows = filter_for_memory([note_message, HumanMessage("green tea please", id="u1")])
+    assert [row["content"] for row in rows] == ["green tea please"]
 
 
 def test_a_checkpoint_without_notes_still_runs() -> None:
