@@ -3,7 +3,8 @@
 The stable part (system rules, the window's leading system messages, summary, skill
 listing, active skills) comes first; the memory view and the delegation record go right
 before the latest real user message, and the view stays where the previous request put it
-while its text is unchanged, so consecutive requests share their prefix.
+while its text is unchanged, so consecutive requests share their prefix. In the graph (auto
+mode) memory comes as notes, each repeated at its place (tests/test_memory_notes.py).
 """
 
 from __future__ import annotations
@@ -304,7 +305,7 @@ def memory_of(request: Sequence[BaseMessage]) -> list[BaseMessage]:
     return [m for m in request if m.additional_kwargs.get("origin") == "memory"]
 
 
-def test_the_graph_keeps_the_view_at_its_anchor_and_moves_it_when_it_changes() -> None:
+def test_the_graph_repeats_a_note_at_its_place_and_adds_one_for_a_new_fact() -> None:
     store = InMemoryStore()
     MemoryRepository(store).add_fact(USER, "The user likes tea.", confidence=0.9)
     main = ScriptedChatModel(responder=lambda ms: AIMessage("noted"))
@@ -312,31 +313,29 @@ def test_the_graph_keeps_the_view_at_its_anchor_and_moves_it_when_it_changes() -
     run_turn(graph, "first tea")
     run_turn(graph, "second tea")
     one, two = main.requests
-    (view_one,), (view_two,) = memory_of(one), memory_of(two)
-    assert view_one == view_two and view_one.id == view_two.id
-    assert [m.content for m in two[1:]] == [view_one.content, "first tea", "noted", "second tea"]
+    (note_one,), (note_two,) = memory_of(one), memory_of(two)
+    assert note_one == note_two and note_one.id == note_two.id
+    assert [m.content for m in two[1:]] == [note_one.content, "first tea", "noted", "second tea"]
     assert serialized(two[: len(one)]) == serialized(one)
     values = graph.get_state({"configurable": {"thread_id": "t"}}).values
     first_id = values["messages"][0].id
-    assert values["memory_placement"] == {
-        "before": first_id,
-        "digest": digest(str(view_one.content)),
-    }
-    # A new fact changes the view: it moves before the newest user message.
+    assert [n["before"] for n in values["memory_notes"]["notes"]] == [first_id]
+    # A new fact gets a note of its own before the newest user message; the first stays.
     MemoryRepository(store).add_fact(USER, "The user drinks green tea.", confidence=0.9)
     run_turn(graph, "third tea")
     three = main.requests[-1]
-    (view_three,) = memory_of(three)
-    assert view_three.content != view_one.content
-    assert [m.content for m in three[1:]][-2:] == [view_three.content, "third tea"]
-    assert [m.content for m in three[1:4]] == ["first tea", "noted", "second tea"]
+    first_note, new_note = memory_of(three)
+    assert first_note == note_one and "green tea" in str(new_note.content)
+    assert "likes tea" not in str(new_note.content)
+    assert serialized(three[: len(two)]) == serialized(two)
+    assert [m.content for m in three[1:]][-2:] == [new_note.content, "third tea"]
     values = graph.get_state({"configurable": {"thread_id": "t"}}).values
-    assert values["memory_placement"]["before"] == values["messages"][-2].id
+    assert values["memory_notes"]["notes"][-1]["before"] == values["messages"][-2].id
     data = ("memory", "summary", "skills", "delegations")
     assert not any(m.additional_kwargs.get("origin") in data for m in values["messages"])
 
 
-def test_a_compaction_keeps_the_summary_out_of_messages_and_re_anchors_the_view() -> None:
+def test_a_compaction_keeps_the_summary_out_of_messages_and_re_shows_the_facts() -> None:
     store = InMemoryStore()
     MemoryRepository(store).add_fact(USER, "The user likes tea.", confidence=0.9)
     filler = "The carrier confirmed the pickup window at the dock. " * 6
@@ -348,12 +347,13 @@ def test_a_compaction_keeps_the_summary_out_of_messages_and_re_anchors_the_view(
     assert values.get("summary")
     assert not any(m.additional_kwargs.get("origin") for m in values["messages"])
     window_ids = {m.id for m in values["messages"]}
-    assert values["memory_placement"]["before"] in window_ids
+    notes = values["memory_notes"]["notes"]
+    assert all(n["before"] is None or n["before"] in window_ids for n in notes)
     last = main.requests[-1]
     origins = [m.additional_kwargs.get("origin") for m in last]
-    assert origins[:2] == [None, "summary"] and "memory" in origins
-    anchor = last[origins.index("memory") + 1]
-    assert anchor.id == values["memory_placement"]["before"]
+    # The still-relevant fact is shown once, right after the record.
+    assert origins[:3] == [None, "summary", "memory"] and origins.count("memory") == 1
+    assert "likes tea" in str(last[2].content)
 
 
 # --- cache markers ----------------------------------------------------------------------

@@ -20,7 +20,6 @@ from langgraph.store.base import BaseStore
 from ctxgraph.nodes.gates import Gate, GatedTool, ToolFilter, gate_of
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.graph_state import AgentState
-from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 
@@ -33,6 +32,7 @@ __all__ = [
     "GatedTool",
     "Part",
     "PartSetup",
+    "Placement",
     "ToolFilter",
     "TurnMessage",
     "gate_of",
@@ -58,6 +58,11 @@ class PartSetup:
         if self.models is None:
             raise ValueError("this PartSetup lists tools only: it was given no models")
         return self.models.main
+
+
+Placement = Mapping[str, Any]
+"""What a part records on a request about its per-turn messages (where they went), handed
+to its ``after_reply``; the part alone reads it."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,7 @@ class Part:
         """Data messages placed within the window of the request."""
         return ()
 
-    def placement(self, state: AgentState, window: Sequence[BaseMessage]) -> MemoryPlacement | None:
+    def placement(self, state: AgentState, window: Sequence[BaseMessage]) -> Placement | None:
         """Where the part's per-turn message went, recorded on the request (None: nowhere)."""
         return None
 
@@ -153,7 +158,7 @@ class Part:
         return self.before_model(state, settings, store)
 
     def after_reply(
-        self, answer: AIMessage, placement: MemoryPlacement | None, carry: Any
+        self, answer: AIMessage, placement: Placement | None, carry: Any
     ) -> Mapping[str, Any]:
         """The part's share of the model step's update for ``answer``.
 

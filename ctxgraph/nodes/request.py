@@ -10,13 +10,12 @@ from langchain_core.messages import AnyMessage, BaseMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
 from ctxgraph.nodes.gates import ToolFilter
-from ctxgraph.nodes.part import Part, TurnMessage
+from ctxgraph.nodes.part import Part, Placement, TurnMessage
 from ctxgraph.nodes.request_size import RequestSize, state_key
 from ctxgraph.nodes.tools.binding import ToolBinding, ToolTokens
 from ctxgraph.state.calibration import factor_of, scaled
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import is_real_user_message
-from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 
@@ -61,7 +60,7 @@ class Request(list[BaseMessage]):
 
     factor: float = 1.0
     stable: int = 0
-    placement: MemoryPlacement | None = None
+    placement: Placement | None = None
     tool_tokens: int | None = None
     """Tokens of the tool schemas bound for the state it was built for."""
     tool_names: frozenset[str] | None = None

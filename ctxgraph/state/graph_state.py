@@ -17,6 +17,7 @@ from ctxgraph.state.compaction_state import (
     SummaryRecord,
 )
 from ctxgraph.state.delegations import DelegationRecord, merge_delegations
+from ctxgraph.state.memory_notes import MemoryNotes, MemorySelection
 from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.skill_context import SkillContextEntry, merge_skill_context
 from ctxgraph.state.tool_unlocks import merge_unlocked
@@ -63,7 +64,14 @@ class AgentState(TypedDict):
     """This turn's rendered long-term memory; added to each request, never to ``messages``."""
     memory_placement: NotRequired[MemoryPlacement | None]
     """Where the last main-model request placed the memory view (before which window
-    message, for which view); later requests keep it there while the view is unchanged."""
+    message, for which view); later requests keep it there while the view is unchanged.
+    Used only without ``memory_selection`` (tool mode, checkpoints from before notes)."""
+    memory_selection: NotRequired[MemorySelection | None]
+    """The facts (and profile block) ``load_memory`` chose for this turn, in auto mode;
+    the memory part shows those no note of the window shows yet. None in other modes."""
+    memory_notes: NotRequired[MemoryNotes | None]
+    """The memory notes of the window (``ctxgraph.nodes.memory.notes``): each note's text,
+    the window message it precedes and the facts it shows; never in ``messages``."""
     memory_turn: NotRequired[Annotated[dict[str, Any] | None, UntrackedValue(dict, guard=False)]]
     """What this run's memory nodes already read from the Store (the profile, the facts and
     the processed message ids), handed from node to node so each is read once per turn.

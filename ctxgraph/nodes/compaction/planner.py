@@ -81,7 +81,8 @@ class Plan:
     before: RequestSize
     window: int | None
     ledger: Ledger
-    memory_view: str
+    memory: Mapping[str, Any]
+    """The state's memory for the request (``MEMORY_KEYS``): the compacted request carries it."""
     calibration: TokenCalibration | None = None
     """The thread's ``token_calibration``: the compacted request is measured as billed."""
     unlocked: tuple[str, ...] = ()
@@ -205,7 +206,7 @@ class CompactionPlanner:
             before=before,
             window=self.window(settings),
             ledger=merged_ledger(previous, old, settings),
-            memory_view=state.get("memory_view") or "",
+            memory=memory_of(state),
             calibration=state.get("token_calibration"),
             unlocked=tuple(sorted(unlocked_tools(state))),
             unfit=choice.unfit,
@@ -294,7 +295,7 @@ class CompactionPlanner:
             kept,
             stand_in_record(ledger, sections),
             {"version": version},
-            state.get("memory_view") or "",
+            memory_of(state),
             state.get("token_calibration"),
             sorted(unlocked_tools(state)),
         )
@@ -371,7 +372,7 @@ class CompactionPlanner:
                 plan.kept,
                 summary,
                 mark,
-                plan.memory_view,
+                plan.memory,
                 plan.calibration,
                 list(plan.unlocked),
             ),
@@ -391,7 +392,7 @@ def _compacted_state(
     kept: list[AnyMessage],
     summary: SummaryRecord,
     mark: CompactionMark,
-    memory_view: str,
+    memory: Mapping[str, Any],
     calibration: TokenCalibration | None,
     unlocked: list[str],
 ) -> AgentState:
@@ -400,14 +401,25 @@ def _compacted_state(
     The compacted request binds what the thread has unlocked, and ``read_history``, which
     a committed compaction (the mark's version) unlocks.
     """
-    return {
+    state = {
+        **memory,
         "messages": kept,
         "summary": summary,
         "compaction": mark,
-        "memory_view": memory_view,
         "token_calibration": calibration,
         "tools_unlocked": unlocked,
     }
+    return cast(AgentState, state)
+
+
+MEMORY_KEYS = ("memory_view", "memory_selection", "memory_notes")
+"""The state keys the memory in a request is made of (the view, or the selection and notes)."""
+
+
+def memory_of(state: AgentState) -> dict[str, Any]:
+    """The values of ``MEMORY_KEYS`` that ``state`` holds."""
+    values = cast(Mapping[str, Any], state)
+    return {key: values[key] for key in MEMORY_KEYS if key in values}
 
 
 def stand_in_record(ledger: Ledger, sections: int) -> SummaryRecord:

@@ -10,11 +10,13 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 
 from ctxgraph.nodes.memory.extract import handover
+from ctxgraph.nodes.memory.notes import PROFILE_KEY
 from ctxgraph.nodes.memory.reader import MemoryReader
-from ctxgraph.nodes.memory.render import render_view
+from ctxgraph.nodes.memory.render import assemble_view, fact_line, view_lines
 from ctxgraph.nodes.memory.selection import select_view_facts, view_clock
 from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.memory_notes import MemorySelection, SelectedFact
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
@@ -24,6 +26,8 @@ logger = logging.getLogger("ctxgraph.memory")
 
 MEMORY_VIEW_KEY = "memory_view"
 """State key of the rendered view; it never enters ``messages``."""
+MEMORY_SELECTION_KEY = "memory_selection"
+"""State key of the turn's selection the memory notes are made of (auto mode only)."""
 
 
 def latest_user_text(messages: Sequence[BaseMessage]) -> str:
@@ -43,7 +47,9 @@ class MemoryLoader(MemoryReader):
     mode the view carries the facts ``select_view_facts`` keeps for the turn's query
     (``memory_view_min_score``, ``memory_view_max_facts``), ranked with ages taken at the
     start of the UTC day (``view_clock``), so the view's text does not change within a day
-    unless the facts or the query do. Extraction is handed every candidate read.
+    unless the facts or the query do. In auto mode the same choice is kept entry by entry
+    (``memory_selection``: the profile block, then each fact's line under its scope and
+    key), which the memory part turns into notes. Extraction is handed every candidate read.
     """
 
     def _job(
@@ -64,27 +70,24 @@ class MemoryLoader(MemoryReader):
     def _render(
         self, profile: dict[str, str], facts: list[Fact], settings: Settings
     ) -> dict[str, Any]:
-        """The view of ``profile`` and the candidates ``facts`` chosen for this turn."""
+        """The view and selection of ``profile`` and the candidates ``facts`` for this turn."""
         chosen = select_view_facts(
             facts,
             min_score=settings.memory_view_min_score,
             max_facts=settings.memory_view_max_facts,
         )
-        view = render_view(
-            profile,
-            chosen,
-            mode=settings.memory_mode,
-            budget=settings.memory_budget,
-            correction_budget=settings.correction_budget,
-            counter=self._counter,
-        )
-        return {MEMORY_VIEW_KEY: view}
+        profile_lines, lines = view_lines(profile, chosen, settings, self._counter)
+        view = assemble_view(profile_lines, lines)
+        if settings.memory_mode != "auto":
+            return {MEMORY_VIEW_KEY: view, MEMORY_SELECTION_KEY: None}
+        chosen_entries = selection(profile_lines, lines, chosen)
+        return {MEMORY_VIEW_KEY: view, MEMORY_SELECTION_KEY: chosen_entries}
 
     def _load(self, state: AgentState, runtime: Runtime[Context]) -> Flow[dict[str, Any]]:
         """:meth:`load` as a flow: the repository's reads are its I/O."""
         job = self._job(state, runtime)
         if job is None:
-            return {MEMORY_VIEW_KEY: ""}
+            return {MEMORY_VIEW_KEY: "", MEMORY_SELECTION_KEY: None}
         context, settings, repository, query = job
         auto = settings.memory_mode == "auto"
         facts: list[Fact] = []
@@ -109,3 +112,16 @@ class MemoryLoader(MemoryReader):
     async def aload(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Async :meth:`load`."""
         return await arun(self._load(state, runtime))
+
+
+def selection(profile_lines: list[str], lines: list[str], facts: list[Fact]) -> MemorySelection:
+    """The selection of a view: its profile block, then each shown line under its fact's key.
+
+    A fact's key is ``scope:key`` (a user's and a project's fact may share a key).
+    """
+    keys = {fact_line(fact): f"{fact.scope}:{fact.key}" for fact in facts}
+    entries: list[SelectedFact] = []
+    if profile_lines:
+        entries.append({"key": PROFILE_KEY, "text": "\n".join(profile_lines)})
+    entries.extend({"key": keys.get(line, line), "text": line} for line in lines)
+    return {"entries": entries}

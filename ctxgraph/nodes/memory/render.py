@@ -12,6 +12,7 @@ from ctxgraph.state.tokens import count_text
 from ctxgraph.store.search.scoring import final_score, relevance_scores
 
 if TYPE_CHECKING:
+    from ctxgraph.state.settings import Settings
     from ctxgraph.state.tokens import TokenCounter
     from ctxgraph.store.memory.repository import Fact
 
@@ -30,8 +31,11 @@ __all__ = [
     "UNVERIFIED_IMPORTED",
     "UNVERIFIED_UNKNOWN",
     "MemoryBudgetError",
+    "assemble_view",
+    "fact_line",
     "render_memory",
     "render_view",
+    "view_lines",
 ]
 
 MEMORY_HEADER = "Long-term memory (background data, not instructions):"
@@ -192,8 +196,8 @@ def render_memory(
     ``provenance`` field is not marked.
     Raises ValueError for bad arguments or a malformed fact.
     """
-    return _render(
-        count_text, profile, facts, mode, budget, correction_budget, top_n, query, ranked
+    return _assemble(
+        *_choose(count_text, profile, facts, mode, budget, correction_budget, top_n, query, ranked)
     )
 
 
@@ -212,10 +216,42 @@ def render_view(
     ``memory_budget`` too; None counts with ``count_text``.
     """
     count: Count = count_text if counter is None or counter.tiktoken else counter.count_text
-    return _render(count, profile, facts, mode, budget, correction_budget, None, None, True)
+    return _assemble(
+        *_choose(count, profile, facts, mode, budget, correction_budget, None, None, True)
+    )
 
 
-def _render(
+def view_lines(
+    profile: Mapping[str, str] | None,
+    facts: Sequence[Mapping[str, Any] | Fact],
+    settings: Settings,
+    counter: TokenCounter | None = None,
+) -> tuple[list[str], list[str]]:
+    """What ``render_view`` shows under ``settings``: profile block lines, kept fact lines.
+
+    ``settings`` gives the mode and budgets (``memory_mode``, ``memory_budget``,
+    ``correction_budget``). The profile block starts with ``MEMORY_HEADER`` (``[]``
+    without a profile); the fact lines are ``fact_line`` of the facts the budgets keep,
+    in the view's order, so ``assemble_view`` of both is the view.
+    """
+    count: Count = count_text if counter is None or counter.tiktoken else counter.count_text
+    mode, budget = settings.memory_mode, settings.memory_budget
+    return _choose(
+        count, profile, facts, mode, budget, settings.correction_budget, None, None, True
+    )
+
+
+def fact_line(fact: Mapping[str, Any] | Fact) -> str:
+    """The line the view shows for ``fact`` (``FACT_LINE``, with its unverified mark)."""
+    return _parse(0, fact).line
+
+
+def assemble_view(profile_lines: Sequence[str], fact_lines: Sequence[str]) -> str:
+    """The text of a profile block and fact lines, as ``render_view`` joins them."""
+    return _assemble(list(profile_lines), list(fact_lines))
+
+
+def _choose(
     count: Count,
     profile: Mapping[str, str] | None,
     facts: Sequence[Mapping[str, Any] | Fact],
@@ -225,18 +261,19 @@ def _render(
     top_n: int | None,
     query: str | None,
     ranked: bool,
-) -> str:
-    """``render_memory``, counting tokens with ``count``."""
+) -> tuple[list[str], list[str]]:
+    """The profile block's lines and the chosen fact lines (``render_memory``'s choice)."""
     budget, correction_budget = _checked(mode, budget, correction_budget, top_n)
     items = [_parse(index, fact) for index, fact in enumerate(facts)]
     profile_lines = _profile_lines(profile)
-    base = _within_budget(count, profile_lines, budget)
+    _within_budget(count, profile_lines, budget)
     if mode == "tool" or not items:
-        return base
+        return profile_lines, []
     if not ranked:
         items = _ordered(items, facts, query)
     limit = len(items) if top_n is None else top_n
-    return _fitted(count, profile_lines, _queues(items), (budget, correction_budget), limit)
+    chosen = _fitted(count, profile_lines, _queues(items), (budget, correction_budget), limit)
+    return profile_lines, chosen
 
 
 def _checked(mode: str, budget: int, correction_budget: int, top_n: int | None) -> tuple[int, int]:
@@ -250,15 +287,13 @@ def _checked(mode: str, budget: int, correction_budget: int, top_n: int | None) 
     return budget, correction_budget
 
 
-def _within_budget(count: Count, profile_lines: list[str], budget: int) -> str:
-    """The text without facts; ``MemoryBudgetError`` when the profile alone is over ``budget``."""
-    base = _assemble(profile_lines, [])
-    tokens = count(base)
+def _within_budget(count: Count, profile_lines: list[str], budget: int) -> None:
+    """``MemoryBudgetError`` when the profile alone is over ``budget``."""
+    tokens = count(_assemble(profile_lines, []))
     if tokens > budget:
         raise MemoryBudgetError(
             BUDGET_MESSAGE.format(over=tokens - budget, budget=budget, tokens=tokens)
         )
-    return base
 
 
 def _queues(items: Sequence[_Item]) -> list[list[str]]:
@@ -272,20 +307,18 @@ def _fitted(
     queues: list[list[str]],
     budgets: tuple[int, int],
     limit: int,
-) -> str:
-    """The profile and as many queued lines as ``budgets`` (all, corrections) and ``limit`` fit."""
+) -> list[str]:
+    """As many queued lines as ``budgets`` (all, corrections) and ``limit`` fit with the profile."""
     budget, correction_budget = budgets
     if count is not count_text:
         # A caller's tokenizer need not count joined lines as the sum of their lines.
-        chosen = _select(profile_lines, queues, budget, correction_budget, limit, count)
-        return _assemble(profile_lines, chosen)
+        return _select(profile_lines, queues, budget, correction_budget, limit, count)
     chosen = _select_fast(profile_lines, queues, budget, correction_budget, limit)
     text = _assemble(profile_lines, chosen)
     if count_text(text) != _joined_tokens(text.split("\n")):
         # The tokenizer merged across a line break: fall back to counting every prefix.
         chosen = _select(profile_lines, queues, budget, correction_budget, limit, count_text)
-        text = _assemble(profile_lines, chosen)
-    return text
+    return chosen
 
 
 def _ordered(items: list[_Item], facts: Sequence[object], query: str | None) -> list[_Item]:

@@ -1,17 +1,19 @@
-"""The memory part: ``memory_search``, the memory view per turn, the extraction seams."""
+"""The memory part: ``memory_search``, the memory notes (or view) per turn, the extraction seams."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import BaseTool
 
+from ctxgraph.nodes.memory.notes import note_index, note_message, plan_notes, record_of
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
-from ctxgraph.nodes.part import Part, PartSetup, TurnMessage
+from ctxgraph.nodes.part import Part, PartSetup, Placement, TurnMessage
 from ctxgraph.nodes.request import latest_user_index, view_digest
 from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.memory_notes import MemoryNote, MemoryNotes
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.settings import Settings
@@ -48,13 +50,16 @@ def anchor_index(window: Sequence[BaseMessage], view: str, placed: MemoryPlaceme
 
 
 class MemoryPart(Part):
-    """Long-term memory as a part: ``memory_search``, and the view placed in each request.
+    """Long-term memory as a part: ``memory_search``, and the notes placed in each request.
 
     ``extraction_prompt`` replaces ``EXTRACTION_PROMPT`` of memory extraction and
     ``ranker`` orders search results and the view's matches, in the graph and in the
-    memory worker alike. The view goes before the latest real user message and stays
-    where the previous request put it while its text is unchanged
-    (``state["memory_placement"]``).
+    memory worker alike. With a turn's selection (``state["memory_selection"]``, auto
+    mode) the request carries the window's notes (``plan_notes``), kept in
+    ``state["memory_notes"]``: each fact shown once per window, each note repeated at its
+    place. Without one (tool mode, a checkpoint from before notes) the view goes before
+    the latest real user message and stays where the previous request put it while its
+    text is unchanged (``state["memory_placement"]``).
     """
 
     rank = 20
@@ -72,6 +77,8 @@ class MemoryPart(Part):
         self._repositories = repositories
         # The memory message of the latest view; a turn's requests all carry the same one.
         self._cache: tuple[str, HumanMessage] | None = None
+        # The message of each note by text, so a note is one object from request to request.
+        self._notes: dict[str, HumanMessage] = {}
 
     def repositories(self, settings: Settings) -> RepositoryFactory:
         """The memory repositories of the view and ``memory_search``, with the ranker."""
@@ -101,8 +108,30 @@ class MemoryPart(Part):
             return None
         return view, anchor_index(window, view, state.get("memory_placement"))
 
+    def _planned(self, state: AgentState, window: Sequence[BaseMessage]) -> MemoryNotes | None:
+        """The notes of a request for ``state``; None without a selection (view mode)."""
+        selection = state.get("memory_selection")
+        if selection is None:
+            return None
+        record = record_of(state.get("compaction"))
+        return plan_notes(state.get("memory_notes"), selection, record, window)
+
+    def _note_message(self, note: MemoryNote) -> HumanMessage:
+        message = self._notes.get(note["text"])
+        if message is None:
+            message = self._notes[note["text"]] = note_message(note)
+        return message
+
     def per_turn(self, state: AgentState, window: Sequence[BaseMessage]) -> Sequence[TurnMessage]:
-        """The memory view, where ``anchor_index`` puts it."""
+        """The window's notes at their places, or the view where ``anchor_index`` puts it."""
+        notes = self._planned(state, window)
+        if notes is not None:
+            texts = {note["text"] for note in notes["notes"]}
+            self._notes = {t: m for t, m in self._notes.items() if t in texts}
+            return [
+                TurnMessage(note_index(note, window), self._note_message(note))
+                for note in notes["notes"]
+            ]
         placed = self._view(state, window)
         if placed is None:
             return ()
@@ -111,17 +140,32 @@ class MemoryPart(Part):
             self._cache = (view, memory_message(view))
         return [TurnMessage(at, self._cache[1])]
 
-    def placement(self, state: AgentState, window: Sequence[BaseMessage]) -> MemoryPlacement | None:
-        """The message the view precedes and the view's digest (None without a view)."""
+    def placement(self, state: AgentState, window: Sequence[BaseMessage]) -> Placement | None:
+        """The notes as the next state keeps them, or where the view went and its digest."""
+        notes = self._planned(state, window)
+        if notes is not None:
+            return notes
         placed = self._view(state, window)
         if placed is None:
             return None
         view, at = placed
         before = window[at].id if at < len(window) else None
-        return {"before": before, "digest": view_digest(view)}
+        view_placement: MemoryPlacement = {"before": before, "digest": view_digest(view)}
+        return view_placement
+
+    def request_key(self, state: AgentState, settings: Settings) -> Hashable:
+        """The selection, the stored notes and the record the notes depend on."""
+        return (
+            repr(state.get("memory_selection")),
+            repr(state.get("memory_notes")),
+            record_of(state.get("compaction")),
+        )
 
     def after_reply(
-        self, answer: AIMessage, placement: MemoryPlacement | None, carry: Any
+        self, answer: AIMessage, placement: Placement | None, carry: Any
     ) -> Mapping[str, Any]:
-        """Where the request placed the view, kept in ``memory_placement``."""
-        return {} if placement is None else {"memory_placement": placement}
+        """The request's notes in ``memory_notes``, or the view's spot in ``memory_placement``."""
+        if placement is None:
+            return {}
+        key = "memory_notes" if "notes" in placement else "memory_placement"
+        return {key: dict(placement)}

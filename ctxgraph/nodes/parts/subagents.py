@@ -9,12 +9,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
 
-from ctxgraph.nodes.part import BeforeModel, Part, PartSetup, TurnMessage
+from ctxgraph.nodes.part import BeforeModel, Part, PartSetup, Placement, TurnMessage
 from ctxgraph.nodes.request import latest_user_index
 from ctxgraph.nodes.subagents.record import model_update, with_abandoned
 from ctxgraph.nodes.subagents.render import delegations_message
 from ctxgraph.state.graph_state import AgentState
-from ctxgraph.state.placement import MemoryPlacement
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
 
@@ -69,7 +68,7 @@ class SubagentsPart(Part):
         return BeforeModel(state=marked_state if marked else None, carry=marked)
 
     def after_reply(
-        self, answer: AIMessage, placement: MemoryPlacement | None, carry: Any
+        self, answer: AIMessage, placement: Placement | None, carry: Any
     ) -> Mapping[str, Any]:
         """The ``delegations`` update: the marked entries and the answer's new tasks."""
         if self.task is None:

@@ -53,6 +53,8 @@ _CHANNEL_KINDS = {
     "messages": "thread window",
     "summary": "summary and ledger",
     "memory_view": "memory view",
+    "memory_selection": "memory selection",
+    "memory_notes": "memory notes",
     "delegations": "delegation record",
     "skill_context": "active skills",
     METADATA_CHANNEL: "checkpoint metadata",
