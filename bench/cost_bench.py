@@ -581,15 +581,23 @@ def _by_system(
     return lines
 
 
+def _figure(table: str, key: str) -> Callable[[SystemResult], float]:
+    """Reads ``key`` of a result's ``breakdown`` or ``record`` (0 when absent)."""
+
+    def read(result: SystemResult) -> float:
+        found: dict[str, int] = getattr(result, table)
+        return found.get(key, 0)
+
+    return read
+
+
 def breakdown_table(scenario: Scenario) -> list[str]:
     """Each system's broken-down request, by part."""
     results = _results(scenario)
     if not results:
         return []
     turn = next(iter(results.values())).breakdown_turn
-    rows: list[tuple[str, Callable[[SystemResult], float]]] = [
-        (part, lambda r, part=part: r.breakdown.get(part, 0)) for part in PARTS
-    ]
+    rows = [(part, _figure("breakdown", part)) for part in PARTS]
     rows.append(("**request**", lambda r: r.breakdown_total))
     return _by_system(
         results, f"First main request of turn {turn}, by part (tokens):", "part", rows
@@ -603,9 +611,7 @@ def record_table(scenario: Scenario) -> list[str]:
         return ["No summary record in the broken-down requests (no compaction yet)."]
     turn = next(iter(results.values())).breakdown_turn
     title = f"The summary record in that request of turn {turn}, by block (tokens):"
-    rows: list[tuple[str, Callable[[SystemResult], float]]] = [
-        (block, lambda r, block=block: r.record.get(block, 0)) for block in RECORD_BLOCKS
-    ]
+    rows = [(block, _figure("record", block)) for block in RECORD_BLOCKS]
     return _by_system(results, title, "block", rows)
 
 
