@@ -1,11 +1,15 @@
 """The cost benchmark's sessions: a user asking about orders, turn after turn.
 
 Every user turn names one order; the main model calls the read-only
-``lookup_order(order_id)`` tool and then answers from its result. Three variants:
+``lookup_order(order_id)`` tool and then answers from its result. Four variants:
 
 - ``orders``: results of 200-1,500 tokens, the plain session;
 - ``large-results``: results of 3,000-6,000 tokens;
-- ``constraints``: the plain session, every user message ending with a constraint.
+- ``constraints``: the plain session, every user message ending with a constraint;
+- ``short``: the seed tutorial's order assistant, short Chinese questions
+  (``第128个问题：请帮我查一下订单 X128 的物流状态，另外提醒我不要改收货地址。``, the
+  reminder worded a little differently each time) and one-line results
+  (``订单 X128：已发货，预计明天送达。``).
 
 Everything is a pure function of the seed, so all systems see the same turns, and the
 scripted main model (``bench.session.make_main_responder``) answers from the messages alone.
@@ -36,6 +40,8 @@ class SessionKind:
     description: str
     result_tokens: tuple[int, int]
     constraints: bool = False
+    short: bool = False
+    """The tutorial's short questions and one-line results (``result_tokens`` unused)."""
 
 
 SESSION_KINDS: dict[str, SessionKind] = {
@@ -48,6 +54,13 @@ SESSION_KINDS: dict[str, SessionKind] = {
             "order lookups, a constraint in every user message",
             (200, 1500),
             constraints=True,
+        ),
+        SessionKind(
+            "short",
+            "short order questions repeating a constraint, one-line results",
+            (0, 0),
+            constraints=True,
+            short=True,
         ),
     )
 }
@@ -75,6 +88,22 @@ _CONSTRAINT_FORMS = (
     "还是{c}。",
     "Remember: {c}.",
     "处理 {order} 时也{c}。",
+)
+
+_SHORT_REMINDERS = (
+    "另外提醒我{c}",
+    "另外记得提醒我{c}",
+    "还有，提醒我{c}",
+    "另外别忘了提醒我{c}",
+    "顺便提醒我一下{c}",
+)
+"""How a short question repeats the constraint, mid-sentence."""
+_SHORT_STATES = (
+    "已发货，预计明天送达",
+    "运输中，预计后天送达",
+    "已签收",
+    "待发货，预计本周五发出",
+    "已到达派送站，今天派送",
 )
 
 _FACT_TEMPLATES = (
@@ -107,10 +136,37 @@ def _user_text(index: int, order: str, seed: int, constraints: bool) -> str:
     return " ".join(parts)
 
 
+def _short_turn(index: int, seed: int) -> tuple[str, str, str]:
+    """A ``short`` turn: its order id, the question and the one-line result."""
+    number = index + 1
+    order = f"X{number}"
+    reminder = stable_rng(seed, "reminder", index).choice(_SHORT_REMINDERS)
+    text = (
+        f"第{number}个问题：请帮我查一下订单 {order} 的物流状态，"
+        f"{reminder.format(c=STANDING_CONSTRAINT)}。"
+    )
+    state = stable_rng(seed, "state", index).choice(_SHORT_STATES)
+    return order, text, f"订单 {order}：{state}。"
+
+
+def _short_session(turns: int, seed: int) -> Session:
+    made: list[Turn] = []
+    results: dict[str, str] = {}
+    for index in range(turns):
+        order, text, result = _short_turn(index, seed)
+        args = {"order_id": order}
+        plan = ToolPlan(name="lookup_order", args=args, call_id=f"call_{seed}_{index:04d}")
+        results[call_key("lookup_order", args)] = result
+        made.append(Turn(index, text, plan))
+    return Session(seed=seed, turns=tuple(made), results=results)
+
+
 def order_session(turns: int, kind: SessionKind, seed: int = 7) -> Session:
     """``turns`` user turns, each asking about one order: one ``lookup_order`` call per turn."""
     if turns < 1:
         raise ValueError(f"a session needs at least one turn, got {turns}")
+    if kind.short:
+        return _short_session(turns, seed)
     made: list[Turn] = []
     results: dict[str, str] = {}
     for index in range(turns):

@@ -1,10 +1,13 @@
 """The five systems the cost benchmark compares, each built on recording scripted models.
 
-Every system gets one ``ScriptedChatModel`` per role (main, summary, memory), which
-records the exact messages and tool schemas of every call (``bind_tools`` and
-``with_structured_output`` both bind schemas). The main model is the same pure function
-of the messages for all systems (``bench.session.make_main_responder``); the summary
-and memory models return what each system expects.
+Every system gets one ``ScriptedChatModel`` per model it uses, which records the exact
+messages and tool schemas of every call (``bind_tools`` and ``with_structured_output``
+both bind schemas). The main model is the same pure function of the messages for all
+systems (``bench.session.make_main_responder``). Every summary is the same prose
+(``bench.cost_summary``): ctxgraph runs with the default model setup, its main model
+writing the summaries (``Models(main=main, memory=memory)``), while the peers'
+summarization middleware gets a summary model of its own, as it needs. The memory
+models return what each system expects.
 
 A peer whose package is missing raises ``NotInstalled`` with the command that installs it.
 """
@@ -22,12 +25,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from bench.compaction_bench import TimedResponder
-from bench.session import (
-    Session,
-    ctxgraph_summary_responder,
-    make_main_responder,
-    peer_summary_responder,
-)
+from bench.cost_summary import summary_aware, summary_responder
+from bench.session import Session, make_main_responder
 from ctxgraph import Context, MemoryRepository, Models, Settings, build_graph
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter
@@ -129,9 +128,12 @@ def build_ctxgraph(
     *,
     extraction: bool,
 ) -> System:
-    """ctxgraph with memory on (extraction inline) or with memory extraction off."""
-    main, main_timer = recording_model(make_main_responder(session), "main")
-    summary, summary_timer = recording_model(ctxgraph_summary_responder, "summary")
+    """ctxgraph with memory on (extraction inline) or with memory extraction off.
+
+    The default model setup: no summary model of its own, so the main model (which
+    answers summary calls with the shared prose) writes the summaries.
+    """
+    main, main_timer = recording_model(summary_aware(make_main_responder(session)), "main")
     memory, memory_timer = recording_model(empty_memory_update, "memory")
     values: dict[str, Any] = {
         "trigger_tokens": triggers.tokens,
@@ -149,7 +151,7 @@ def build_ctxgraph(
     graph = build_graph(
         checkpointer=InMemorySaver(),
         store=store,
-        models=Models(main=main, summary=summary, memory=memory),
+        models=Models(main=main, memory=memory),
         tools=list(tools),
         settings=settings,
     )
@@ -163,8 +165,8 @@ def build_ctxgraph(
     return System(
         name,
         send,
-        {"main": main, "summary": summary, "memory": memory},
-        [main_timer, summary_timer, memory_timer],
+        {"main": main, "memory": memory},
+        [main_timer, memory_timer],
         settings.system_prompt,
     )
 
@@ -193,7 +195,7 @@ def build_peer(
     from langchain.agents.middleware import SummarizationMiddleware
 
     main, main_timer = recording_model(make_main_responder(session), "main")
-    summary, summary_timer = recording_model(peer_summary_responder, "summary")
+    summary, summary_timer = recording_model(summary_responder, "summary")
     prompt = Settings().system_prompt
     middleware = SummarizationMiddleware(
         model=summary,
@@ -257,7 +259,7 @@ def build_deepagents(
     from deepagents.middleware.summarization import SummarizationMiddleware
 
     main, main_timer = recording_model(make_main_responder(session), "main")
-    summary, summary_timer = recording_model(peer_summary_responder, "summary")
+    summary, summary_timer = recording_model(summary_responder, "summary")
     prompt = Settings().system_prompt
     backend = StateBackend()
     middleware = SummarizationMiddleware(

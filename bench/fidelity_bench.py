@@ -23,7 +23,13 @@ With ``CTXGRAPH_MODEL`` set, ctxgraph also runs with that environment's summary 
 side by side with LangChain's ``create_agent`` + ``SummarizationMiddleware`` given the
 same summary model (LangChain is a dev extra); offline that column is skipped with a note.
 
-Run ``python -m bench.fidelity_bench [--compactions 8] [--seed 7] [--quick]``.
+``--shared-prose`` adds two columns offline: ctxgraph and that peer given the same
+scripted summary model, the cost benchmark's shared prose (``bench.cost_summary``), so
+they differ only in what ctxgraph adds (the ledger and the archive). ``--json PATH``
+writes each column's totals (the cost benchmark reads them with ``--fidelity-json``).
+
+Run ``python -m bench.fidelity_bench [--compactions 8] [--seed 7] [--quick]
+[--shared-prose] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import random
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -244,6 +250,10 @@ class BenchConfig:
     max_turns: int = 400
 
 
+QUICK = BenchConfig(compactions=3, trigger_messages=10, keep_messages=4)
+"""``--quick``: three compactions at a low trigger."""
+
+
 def turns(config: BenchConfig) -> tuple[list[str], str]:
     """The session's user turns: the planted probes, then filler."""
     lines, source = filler(config.max_turns, config.seed)
@@ -341,6 +351,28 @@ def run_peer(texts: Sequence[str], config: BenchConfig, summary: BaseChatModel) 
     return score
 
 
+SHARED_CTXGRAPH = "ctxgraph (shared prose)"
+SHARED_PEER = "create_agent + SummarizationMiddleware (shared prose)"
+
+
+def shared_prose_scores(config: BenchConfig) -> list[Score]:
+    """ctxgraph and the peer, each given the cost benchmark's shared-prose summary model."""
+    from bench.cost_summary import summary_responder
+
+    texts, _ = turns(config)
+    ours = ScriptedChatModel(responder=summary_responder, model_name="bench-summary")
+    theirs = ScriptedChatModel(responder=summary_responder, model_name="bench-summary")
+    peer = run_peer(texts, config, theirs)
+    peer.system = SHARED_PEER
+    return [run_ctxgraph(texts, config, ours, SHARED_CTXGRAPH), peer]
+
+
+def totals(score: Score) -> dict[str, int]:
+    """A column's totals: turns, compactions scored and each outcome over all rounds."""
+    counted = {o: sum(1 for r in score.rows for v in r.values() if v == o) for o in OUTCOMES}
+    return {"turns": score.turns, "compactions": len(score.rows), **counted}
+
+
 def _peer_summary(messages: Sequence[BaseMessage]) -> str:
     """The id and text of the middleware's summary message in a request, or empty."""
     for message in messages:
@@ -408,10 +440,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compactions", type=int, default=8)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="3 compactions, low triggers")
+    parser.add_argument(
+        "--shared-prose",
+        action="store_true",
+        help="add ctxgraph and the peer with the cost benchmark's shared summary prose",
+    )
+    parser.add_argument("--json", default=None, metavar="PATH", help="write each column's totals")
     args = parser.parse_args(argv)
     config = BenchConfig(compactions=args.compactions, seed=args.seed)
     if args.quick:
-        config = BenchConfig(compactions=3, seed=args.seed, trigger_messages=10, keep_messages=4)
+        config = replace(QUICK, seed=args.seed)
     logging.getLogger("ctxgraph").setLevel(logging.ERROR)
     texts, source = turns(config)
     scores: list[Score | None] = [run_ctxgraph(texts, config, None, "ctxgraph (scripted)")]
@@ -432,7 +470,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Offline: the env-summary and create_agent + SummarizationMiddleware columns are "
             "skipped (set CTXGRAPH_MODEL to run them with that summary model)."
         )
+    if args.shared_prose:
+        for score in shared_prose_scores(config):
+            scores.append(score)
+            names.append(score.system)
     print(report(scores, names, source, note))
+    if args.json:
+        found = {s.system: totals(s) for s in scores if s is not None}
+        Path(args.json).write_text(json.dumps(found, indent=2), encoding="utf-8")
     return 0
 
 

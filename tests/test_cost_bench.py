@@ -12,16 +12,37 @@ from bench import cost_bench, cost_systems
 from bench.cost_bench import (
     BenchConfig,
     BillCounter,
+    Stream,
     breakdown,
     message_part,
+    prefix_target,
     report,
     request_total,
     run_scenario,
     shared_prefix,
     to_json,
 )
+from bench.cost_record import RECORD_BLOCKS, record_blocks
 from bench.cost_session import SESSION_KINDS, order_session
-from bench.cost_systems import CTX_MEMORY, CTX_NO_EXTRACTION, DEEPAGENTS, PEER, PEER_LANGMEM
+from bench.cost_summary import (
+    SUMMARY_REQUEST_ORIGIN,
+    folded_text,
+    is_summary_call,
+    shared_summary,
+    summary_aware,
+)
+from bench.cost_systems import (
+    CTX_MEMORY,
+    CTX_NO_EXTRACTION,
+    DEEPAGENTS,
+    PEER,
+    PEER_LANGMEM,
+    System,
+    recording_model,
+)
+from ctxgraph.nodes.compaction.sections import find_sections
+from ctxgraph.nodes.compaction.summarizer import SummaryJob, build_prompt
+from ctxgraph.state.messages import ORIGIN_KEY
 from ctxgraph.state.tokens import count_text, message_text
 
 TURNS = 40
@@ -133,12 +154,17 @@ def test_the_report_and_json_carry_every_row(scenario: cost_bench.Scenario) -> N
     for name in MEASURED:
         assert cost_systems.SYSTEMS[name] in text
     assert "billed input/turn ctxgraph-no-extraction / peer" in text
-    assert "cached-prefix share ctxgraph-memory" in text
+    assert "cached-prefix share (main) ctxgraph-memory" in text
+    assert "cached share of summary calls ctxgraph-memory" in text
     assert "First main request of turn 20" in text
+    assert "The summary record in that request of turn 20, by block" in text
+    assert "Fidelity: not run" in text
     data = to_json([scenario], config)
     figures = data["scenarios"][0]["systems"][CTX_MEMORY]
     assert figures["calls"]["main"] == 2 * TURNS
     assert figures["billed_per_turn"] > 0
+    assert set(figures["summary_record_by_block"]) == set(RECORD_BLOCKS)
+    assert figures["prefix_share_by_role"]["summary"] is not None
 
 
 def test_missing_peers_are_reported_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,3 +193,96 @@ def test_sessions_are_deterministic_and_one_tool_per_turn() -> None:
     assert all("不要改收货地址" in turn.text for turn in first.turns)
     large = order_session(5, SESSION_KINDS["large-results"])
     assert min(count_text(text) for text in large.results.values()) >= 2900
+
+
+def test_a_call_is_cached_against_the_same_models_previous_call() -> None:
+    # ctxgraph's main model writes the summaries: a summary request that extends the main
+    # request's prefix is cached against it, whatever the role; a compact one is not.
+    main, timer = recording_model(summary_aware(lambda m: AIMessage("ok")), "main")
+    system = System("x", lambda text: None, {"main": main}, [timer], "rules")
+    prefix = [SystemMessage("rules " * 200), HumanMessage("第1个问题：订单 X1")]
+    ask = HumanMessage("summarize", additional_kwargs={ORIGIN_KEY: SUMMARY_REQUEST_ORIGIN})
+    main.invoke(prefix)
+    main.invoke([*prefix, AIMessage("answer"), ask])
+    compact = build_prompt(
+        SummaryJob(None, [HumanMessage("第1个问题：订单 X1")], ""), max_tokens=500, max_chars=999
+    )
+    assert is_summary_call(compact) and is_summary_call([*prefix, ask])
+    main.invoke(compact)
+    streams = {role: Stream() for role in cost_bench.ROLES}
+    cost_bench._drain(system, streams, BillCounter(), {})
+    assert streams["main"].calls == 1 and streams["summary"].calls == 2
+    shared = sum(count_text(message_text(m)) + 3 for m in prefix)
+    assert streams["summary"].cached >= shared
+    assert streams["summary"].share < 1.0  # the compact request shares nothing
+
+
+def test_every_prompt_form_gets_the_same_prose() -> None:
+    folded = [
+        HumanMessage("第7个问题：请帮我查一下订单 X7 的物流状态，另外提醒我不要改收货地址。"),
+        AIMessage("", tool_calls=[{"name": "lookup_order", "args": {"order_id": "X7"}, "id": "c"}]),
+        ToolMessage("订单 X7：已签收。", tool_call_id="c"),
+        AIMessage("X7 已签收。"),
+    ]
+    ours = build_prompt(SummaryJob(None, folded, "next"), max_tokens=500, max_chars=9999)
+    xml = "".join(f'<message type="{m.type}">{m.content}</message>' for m in folded)
+    theirs = [HumanMessage(f"Summarize.\n<messages>\n{xml}")]
+    ask = HumanMessage("summarize", additional_kwargs={ORIGIN_KEY: SUMMARY_REQUEST_ORIGIN})
+    shared = [SystemMessage("rules"), *folded, ask]
+    texts = {shared_summary(folded_text(form)) for form in (ours, theirs, shared)}
+    assert len(texts) == 1
+    text = texts.pop()
+    assert "X7" in text and "不要改收货地址" in text
+    assert len(find_sections(text)) == 4
+    assert 250 <= count_text(text) <= 400
+
+
+@pytest.fixture(scope="module")
+def short() -> cost_bench.Scenario:
+    config = BenchConfig(
+        turns=TURNS, systems=(CTX_NO_EXTRACTION, PEER), sessions=("short",), triggers=SMALL
+    )
+    return run_scenario(config, "short", 0)
+
+
+def test_the_short_session_and_the_shared_prose(short: cost_bench.Scenario) -> None:
+    session = order_session(TURNS, SESSION_KINDS["short"])
+    assert all(
+        "\n" not in result and count_text(result) < 30 for result in session.results.values()
+    )
+    assert session.turns[127 % TURNS].text.startswith(f"第{127 % TURNS + 1}个问题：")
+    ours, peer = short.outcomes[CTX_NO_EXTRACTION], short.outcomes[PEER]
+    assert isinstance(ours, cost_bench.SystemResult) and isinstance(peer, cost_bench.SystemResult)
+    # ctxgraph's main model wrote the summaries (no summary model of its own).
+    assert ours.streams["summary"].calls >= 1 and ours.per_turn("summary") > 0
+    assert 0.0 <= ours.summary_share <= 1.0 and 0.0 <= peer.summary_share <= 1.0
+    for result in (ours, peer):
+        sections = find_sections(result.summary_text)
+        assert len(sections) == 4, result.system
+        assert "Each question named exactly one order" in sections["summary"]
+        assert result.record["summary"] > 0 and result.record["next steps"] > 0
+    # Same prose: the sections weigh alike; what ctxgraph adds is the ledger.
+    for block in ("session intent", "summary", "artifacts", "next steps"):
+        assert abs(ours.record[block] - peer.record[block]) <= 5, block
+    assert ours.record["user constraints"] > 0 and peer.record["user constraints"] == 0
+    assert peer.record["tool calls"] == 0
+    assert 0 < ours.effective_per_turn(0.1) < ours.effective_per_turn(0.5) < ours.per_turn()
+    assert prefix_target(short) == pytest.approx(
+        0.95 if peer.prefix_share >= 0.9 else peer.prefix_share
+    )
+    text = report([short], BenchConfig(turns=TURNS, systems=(CTX_NO_EXTRACTION, PEER)))
+    assert "| short | 0 | ctxgraph, memory extraction off |" in text
+    assert "cached (summary)" in text
+
+
+def test_record_blocks_split_at_the_headings() -> None:
+    text = (
+        '<conversation_summary version="2">\nintro\n\nSESSION INTENT\na\nSUMMARY\nb\n'
+        "ARTIFACTS\nc\nNEXT STEPS\nd\n\nTOOL CALLS (recorded by code, authoritative):\n"
+        "- lookup_order x3\nUSER CONSTRAINTS (verbatim):\n- 不要改收货地址\nIDENTIFIERS: X1, X2"
+        "\n</conversation_summary>"
+    )
+    blocks = record_blocks(text, count_text)
+    for name in ("frame", "session intent", "tool calls", "user constraints", "identifiers"):
+        assert blocks[name] > 0, name
+    assert blocks["user decisions"] == blocks["offloaded content"] == 0
