@@ -95,7 +95,7 @@ THIRTY_LOOKUPS_TEXT = (
     "- [succeeded] send_email(to=kim@example.com) id=email_1\n"
     f"{CHARGE_LINE}\n"
     "USER CONSTRAINTS (verbatim):\n"
-    "- Remember: do NOT change the shipping address [said 30×, last in turn 30]\n"
+    "- do NOT change the shipping address (said 30 times, turns 1–30)\n"
     "- Never refund more than $40.00.\n"
     f"IDENTIFIERS: {EARLIER_ORDERS}"
 )
@@ -281,7 +281,7 @@ def test_side_effects_keys_and_failures_survive_twenty_compactions_with_folded_l
     assert (
         "- [succeeded] lookup_order ×60 (read-only), last in turn 61, latest: order_id=A-1060"
     ) in text
-    assert "- Do not change the shipping address. [said 60×, last in turn 61]" in text
+    assert "- Do not change the shipping address. (said 60 times, turns 1–61)" in text
     assert count_text(render_ledger_within(ledger, settings.ledger_budget)) <= (
         settings.ledger_budget
     )

@@ -286,7 +286,7 @@ def test_english_constraints_verbatim_from_real_user_messages_only() -> None:
     assert texts(ledger) == [
         "You must use the staging database!",
         "Refund at most $30.00 and keep the reply under 100 words.",
-        "Make sure the invoice is attached; I like short answers.",
+        "Make sure the invoice is attached",  # the marked clause, not the preference after it
         "Don't retry without asking.",
         "Only use EUR.",
         "Do not email the customer before Friday.",
@@ -295,11 +295,13 @@ def test_english_constraints_verbatim_from_real_user_messages_only() -> None:
         "text": "You must use the staging database!",
         "count": 1,
         "last_turn": 1,
+        "first_turn": 1,
     }
     assert ledger["constraints"][-1] == {
         "text": "Do not email the customer before Friday.",
         "count": 2,
         "last_turn": 2,
+        "first_turn": 1,
     }
     assert ledger["user_turns"] == 2  # the injected memory message is not a user turn
 
@@ -450,8 +452,8 @@ def test_merge_keeps_first_seen_order_and_never_downgrades_a_final_state() -> No
     assert merged["aggregated"] == {"get_order": 5, "list_files": 1}
     # Older records store constraints as plain strings; both shapes merge into entries.
     assert merged["constraints"] == [
-        {"text": "Only use EUR.", "count": 1, "last_turn": 0},
-        {"text": "Never charge twice.", "count": 2, "last_turn": 0},
+        {"text": "Only use EUR.", "count": 1, "last_turn": 0, "first_turn": 0},
+        {"text": "Never charge twice.", "count": 2, "last_turn": 0, "first_turn": 0},
     ]
     assert merged["user_turns"] == 3
     assert merged["identifiers"] == ["A-1001", "B-2002", "C-3003"]

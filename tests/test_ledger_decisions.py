@@ -102,7 +102,12 @@ def test_questions_and_retractions_are_not_recorded_and_decisions_are_verbatim()
         "Never cancel an order without asking me first."
     ]
     assert ledger.get("decisions") == [
-        {"text": "Ship B456 to my office address, not to my home.", "count": 1, "last_turn": 3}
+        {
+            "text": "Ship B456 to my office address, not to my home.",
+            "count": 1,
+            "last_turn": 3,
+            "first_turn": 3,
+        }
     ]
     lines = render_ledger(ledger).splitlines()
     assert lines[:4] == [
@@ -165,11 +170,12 @@ def test_decisions_merge_across_compactions_with_their_turns() -> None:
     merged = merge_ledgers(first, second)
     # The repeat is one entry, with its latest wording, a count and the turn past the first.
     assert merged.get("decisions") == [
-        {"text": "Please cancel order C789.", "count": 1, "last_turn": 3},
+        {"text": "Please cancel order C789.", "count": 1, "last_turn": 3, "first_turn": 3},
         {
             "text": "Remember: ship B456 to my office address, not to my home!",
             "count": 2,
             "last_turn": 4,
+            "first_turn": 2,
         },
     ]
     again = merge_ledgers(merged, derive_ledger(_turns("Thanks.")))

@@ -2,7 +2,8 @@
 
 The ledger is made of blocks, one module per noun: ``calls`` (tool-call states),
 ``constraints`` and ``decisions`` (what the user said, kept verbatim; their entries are
-``said``), ``artifacts`` and ``identifiers``; ``sentences`` and ``read_only`` say what a user's
+``said``; ``clauses`` cuts a constraint to its clause and keys its repeats), ``artifacts``
+and ``identifiers``; ``sentences`` and ``read_only`` say what a user’s
 sentence and a tool are to the ledger. Each block derives, merges, bounds, renders
 and checks its own keys behind the ``block.Block`` protocol; ``record`` composes them in
 a fixed order and ``view`` renders and checks it. This package gathers their public names.
@@ -23,6 +24,7 @@ from ctxgraph.nodes.compaction.ledger.calls import (
     is_folded,
     render_group,
 )
+from ctxgraph.nodes.compaction.ledger.clauses import constraint_key
 from ctxgraph.nodes.compaction.ledger.decisions import ledger_decisions
 from ctxgraph.nodes.compaction.ledger.read_only import READ_ONLY_PREFIXES, is_read_only
 from ctxgraph.nodes.compaction.ledger.record import (
@@ -33,7 +35,7 @@ from ctxgraph.nodes.compaction.ledger.record import (
     merge_ledgers,
     read_ledger,
 )
-from ctxgraph.nodes.compaction.ledger.said import ConstraintEntry, DecisionEntry, constraint_key
+from ctxgraph.nodes.compaction.ledger.said import ConstraintEntry, DecisionEntry
 from ctxgraph.nodes.compaction.ledger.view import (
     COUNT_LINES_ROOM,
     find_contradictions,

@@ -1,4 +1,4 @@
-"""The user-constraints block: sentences with an explicit marker, kept verbatim for the session."""
+"""The user-constraints block: clauses with an explicit marker, kept verbatim for the session."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ctxgraph.nodes.compaction.ledger.block import PINNED, Candidate, stored_int
+from ctxgraph.nodes.compaction.ledger.clauses import constraint_clauses, constraint_key
 from ctxgraph.nodes.compaction.ledger.said import ConstraintEntry, SaidBlock, read_entries
 
 if TYPE_CHECKING:
@@ -27,13 +28,23 @@ class ConstraintFields(TypedDict):
 class ConstraintBlock(SaidBlock):
     """USER CONSTRAINTS: never, always, only, 不要, 必须, ... (see ``sentences``).
 
-    In a budgeted rendering they come first, and the one said last is always listed.
+    An entry is the clause that carries the marker, and repeats that differ only in
+    fillers, identifiers and plain numbers are one entry (see ``clauses``). In a budgeted
+    rendering they come first, and the one said last is always listed.
     """
 
     kind = "constraint"
     noun = "constraint"
     heading = "USER CONSTRAINTS (verbatim):"
     priority = PINNED
+
+    def key(self, text: str) -> str:
+        """Repeats fold across ids and plain numbers, not values (``constraint_key``)."""
+        return constraint_key(text)
+
+    def texts(self, sentence: str) -> list[str]:
+        """Each marked clause of the sentence, with what it needs (``constraint_clauses``)."""
+        return constraint_clauses(sentence)
 
     def stored(self, raw: Mapping[str, Any]) -> list[ConstraintEntry]:
         """The constraints of a stored record: plain strings (older records) or entries."""

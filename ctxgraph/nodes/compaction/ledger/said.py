@@ -1,22 +1,21 @@
 """What the user said, kept verbatim: the entries the constraint and decision blocks share.
 
-An entry is a sentence's latest wording, how often it was said and in which turn last.
-Two wordings of one sentence share a key (``constraint_key``); entries merge by key,
-render as one line each, and are bounded newest first within a token budget. The
-constraint and decision blocks are one ``SaidBlock`` each, with their own keys, heading
-and place in a budgeted rendering.
+An entry is a sentence's (or a constraint clause's) latest wording, how often it was said,
+and in which turns first and last. Two wordings of one entry share a key (each block says
+which: ``constraint_key`` folds ids and plain numbers, ``wording_key`` only fillers and
+punctuation); entries merge by key, render as one line each, and are bounded newest
+first within a token budget. The constraint and decision blocks are one ``SaidBlock``
+each, with their own keys, heading and place in a budgeted rendering.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ctxgraph.nodes.compaction.identifiers import split_sentences
 from ctxgraph.nodes.compaction.ledger.block import Block, Candidate, older, stored_int
+from ctxgraph.nodes.compaction.ledger.clauses import constraint_key, wording_key
 from ctxgraph.nodes.compaction.ledger.sentences import SentenceKind, sentence_kind
 from ctxgraph.state.tokens import count_text
 
@@ -26,15 +25,17 @@ if TYPE_CHECKING:
 
 
 class ConstraintEntry(TypedDict):
-    """One user constraint: its latest wording, how often it was said, and when last.
+    """One user constraint: its latest wording, how often it was said, and when.
 
-    ``last_turn`` numbers the real user messages folded into the record, from 1; 0 marks a
-    constraint carried over from a record that did not number turns yet.
+    ``first_turn`` and ``last_turn`` number the real user messages folded into the record,
+    from 1; 0 marks a turn not known (a record that did not number turns yet, or, for
+    ``first_turn``, one that kept only the last).
     """
 
     text: str
     count: int
     last_turn: int
+    first_turn: int
 
 
 DecisionEntry = ConstraintEntry
@@ -47,16 +48,18 @@ def line_cost(line: str) -> int:
 
 
 def read_entry(value: object) -> ConstraintEntry | None:
-    """A stored entry in either shape: a plain string (older records) or an entry."""
+    """A stored entry in any shape: a plain string (older records) or an entry.
+
+    An entry stored without ``first_turn`` said once was first said in its last turn;
+    said more often, its first turn is not known (0).
+    """
     if isinstance(value, str):
-        return {"text": value, "count": 1, "last_turn": 0}
+        return {"text": value, "count": 1, "last_turn": 0, "first_turn": 0}
     if isinstance(value, Mapping) and isinstance(value.get("text"), str):
         count = max(1, stored_int(value.get("count")))
-        return {
-            "text": value["text"],
-            "count": count,
-            "last_turn": stored_int(value.get("last_turn")),
-        }
+        last = stored_int(value.get("last_turn"))
+        first = stored_int(value.get("first_turn")) or (last if count == 1 else 0)
+        return {"text": value["text"], "count": count, "last_turn": last, "first_turn": first}
     return None
 
 
@@ -66,71 +69,59 @@ def read_entries(values: Any) -> list[ConstraintEntry]:
     return [entry for entry in entries if entry is not None]
 
 
-_FILLER = re.compile(
-    r"^(?:(?:please|remember(?:\s+to)?|reminder|again|also|and|just|still|note|as\s+i\s+said"
-    r"|记得|还是|请|再次|再说一次|提醒一下|注意|另外|还有|也)(?![a-z])[\s\W_]*)+"
-)
-"""Reminder and politeness words a repeated constraint may start with."""
-
-
-@lru_cache(maxsize=4_096)
-def constraint_key(text: str) -> str:
-    """What two wordings of one constraint share; equal keys mean the same constraint.
-
-    The key is the NFKC-normalized, case-folded text without leading reminder or
-    politeness words ("please", "remember", 请, 记得, 还是, 也, ...), punctuation and
-    white space. So "不要改收货地址。", "不要改 收货地址" and "记得不要改收货地址！" are one
-    constraint, while wordings that differ in any other letter, digit or symbol (an
-    amount, an id, a currency sign) are not. Memoized: records read the same texts again.
-    """
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    folded = _FILLER.sub("", _LEADING.sub("", folded))
-    key = "".join(c for c in folded if not c.isspace() and not _is_punctuation(c))
-    return key or folded.strip()
-
-
-_LEADING = re.compile(r"^[\W_]+")
-"""Anything before a constraint's first letter or digit."""
-
-
-def _is_punctuation(char: str) -> bool:
-    return unicodedata.category(char).startswith("P")
-
-
-def merge_constraints(entries: Iterable[ConstraintEntry]) -> list[ConstraintEntry]:
-    """Entries merged by ``constraint_key``: counts added, the latest wording and turn kept.
+def merge_constraints(
+    entries: Iterable[ConstraintEntry], key: Callable[[str], str] = constraint_key
+) -> list[ConstraintEntry]:
+    """Entries merged by ``key``: counts added, the latest wording, first and last turn kept.
 
     ``entries`` come in the order they were said; the result is ordered by the turn each
-    constraint was last said, oldest first (a repeat moves its constraint to the end).
+    constraint was last said, oldest first (a repeat moves its constraint to the end). The
+    first turn stays unknown (0) once either side does not know it.
     """
     merged: dict[str, ConstraintEntry] = {}
     for entry in entries:
-        key = constraint_key(entry["text"])
-        old = merged.pop(key, None)
+        found = key(entry["text"])
+        old = merged.pop(found, None)
         if old is None:
-            merged[key] = {**entry}
-        elif entry["last_turn"] >= old["last_turn"]:
-            merged[key] = {**entry, "count": old["count"] + entry["count"]}
-        else:  # an older wording arriving late never replaces the latest one
-            merged[key] = {**old, "count": old["count"] + entry["count"]}
+            merged[found] = {**entry}
+            continue
+        latest = entry if entry["last_turn"] >= old["last_turn"] else old  # never an older
+        firsts = (old["first_turn"], entry["first_turn"])  # wording arriving late
+        merged[found] = {
+            **latest,
+            "count": old["count"] + entry["count"],
+            "first_turn": min(firsts) if all(firsts) else 0,
+        }
     return sorted(merged.values(), key=lambda entry: entry["last_turn"])
 
 
 def shifted(entries: Sequence[ConstraintEntry], shift: int) -> list[ConstraintEntry]:
     """``entries`` with their turns moved by ``shift`` (turn 0, not known, stays 0)."""
     return [
-        {**entry, "last_turn": entry["last_turn"] + shift if entry["last_turn"] else 0}
+        {
+            **entry,
+            "last_turn": entry["last_turn"] + shift if entry["last_turn"] else 0,
+            "first_turn": entry["first_turn"] + shift if entry["first_turn"] else 0,
+        }
         for entry in entries
     ]
 
 
 def render_constraint(entry: ConstraintEntry) -> str:
-    """The constraint verbatim; a repeated one also says how often and when it was last."""
-    count, turn = entry["count"], entry["last_turn"]
+    """The constraint verbatim; a repeated one also says how often and in which turns.
+
+    ``- 不要改收货地址。 (said 138 times, turns 1–138)``; ``last in turn 9`` when the first
+    turn is not known, nothing more when neither is.
+    """
+    count, first, last = entry["count"], entry["first_turn"], entry["last_turn"]
     if count == 1:
         return f"- {entry['text']}"
-    said = f"said {count}×, last in turn {turn}" if turn else f"said {count}×"
-    return f"- {entry['text']} [{said}]"
+    said = f"said {count} times"
+    if first and last:
+        said += f", turn {last}" if first == last else f", turns {first}–{last}"
+    elif last:
+        said += f", last in turn {last}"
+    return f"- {entry['text']} ({said})"
 
 
 def newest_within(entries: Sequence[ConstraintEntry], max_tokens: int) -> int:
@@ -156,6 +147,14 @@ class SaidBlock(Block):
     heading: str
     priority: int
 
+    def key(self, text: str) -> str:
+        """What two wordings of one entry share (see ``wording_key``)."""
+        return wording_key(text)
+
+    def texts(self, sentence: str) -> list[str]:
+        """The entries a sentence of this block's kind states: the sentence itself."""
+        return [sentence]
+
     def stored(self, raw: Mapping[str, Any]) -> list[ConstraintEntry]:
         """The readable entries of a stored record of any version."""
         raise NotImplementedError
@@ -174,24 +173,25 @@ class SaidBlock(Block):
 
     def read(self, raw: Mapping[str, Any], into: Ledger) -> None:
         """Entries of either stored shape, merged by key; the folded count."""
-        self.store(into, merge_constraints(self.stored(raw)), self.folded(raw))
+        self.store(into, merge_constraints(self.stored(raw), self.key), self.folded(raw))
 
     def said(self, walk: Walk, into: Ledger) -> list[ConstraintEntry]:
-        """The sentences of the slice's real user messages of this block's kind."""
+        """What the sentences of the slice's real user messages of this kind state."""
         return [
-            {"text": sentence, "count": 1, "last_turn": turn}
+            {"text": text, "count": 1, "last_turn": turn, "first_turn": turn}
             for turn, sentence in _user_sentences(walk)
             if sentence_kind(sentence) == self.kind
+            for text in self.texts(sentence)
         ]
 
     def derive(self, walk: Walk, into: Ledger) -> None:
         """The marked sentences of real user messages, merged with a count and last turn."""
-        self.store(into, merge_constraints(self.said(walk, into)), 0)
+        self.store(into, merge_constraints(self.said(walk, into), self.key), 0)
 
     def merge(self, old: Ledger, new: Ledger, shift: int, into: Ledger) -> None:
         """Entries said in both merged into one; ``new``'s turns moved by ``shift``."""
         moved = shifted(self.entries(new), shift)
-        entries = merge_constraints([*self.entries(old), *moved])
+        entries = merge_constraints([*self.entries(old), *moved], self.key)
         self.store(into, entries, self.folded(old) + self.folded(new))
 
     def bound(self, ledger: Ledger, bounds: Bounds) -> None:
