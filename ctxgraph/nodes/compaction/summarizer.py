@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
@@ -30,11 +29,12 @@ from ctxgraph.nodes.compaction.sections import (
     missing_titles,
     render_sections,
 )
-from ctxgraph.state.messages import content_text, message_origin, safe_text
+from ctxgraph.state.messages import content_text, safe_text
 from ctxgraph.state.model_errors import endpoint_warning
 from ctxgraph.state.prompt_template import check_template
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
+from ctxgraph.state.transcript import transcript
 from ctxgraph.state.usage import CallUsage, call_usage
 
 if TYPE_CHECKING:
@@ -109,8 +109,6 @@ SUMMARY_TAGS = [TAG_NOSTREAM, "ctxgraph:summary"]
 TRANSCRIPT_LABEL_TOKENS = 16
 """Upper bound on what a transcript line adds to a message (role, call id, status)."""
 
-_TRUNCATION = "\n[... {omitted} more characters are kept in the thread archive ...]"
-
 
 Check = Callable[[dict[str, str]], list[str]]
 """Returns the problems of candidate sections; empty means acceptable."""
@@ -167,29 +165,6 @@ def parse_sections(text: str) -> dict[str, str]:
     if missing:
         raise MissingSectionsError(f"the summary lacks section(s) {missing}", (MISSING_SECTIONS,))
     return {key: found[key] for key, _ in SECTIONS}
-
-
-def transcript(messages: Sequence[BaseMessage], *, max_chars: int) -> str:
-    """Render folded messages as a plain transcript, cutting any single huge message."""
-    lines: list[str] = []
-    for message in messages:
-        text = content_text(message)
-        if len(text) > max_chars:
-            text = text[:max_chars] + _TRUNCATION.format(omitted=len(text) - max_chars)
-        if isinstance(message, ToolMessage):
-            status = message.status or "success"
-            lines.append(f"tool result [{message.tool_call_id}] ({status}): {text}")
-        elif isinstance(message, AIMessage):
-            if text:
-                lines.append(f"assistant: {text}")
-            for call in message.tool_calls:
-                arguments = json.dumps(call["args"], ensure_ascii=False, sort_keys=True)
-                lines.append(f"assistant called {call['name']}({arguments}) [{call['id']}]")
-        else:
-            origin = message_origin(message)
-            role = f"{message.type} ({origin})" if origin else message.type
-            lines.append(f"{role}: {text}")
-    return "\n".join(lines)
 
 
 def build_prompt(

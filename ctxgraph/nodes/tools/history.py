@@ -8,13 +8,13 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
-from ctxgraph.nodes.compaction.summarizer import transcript
 from ctxgraph.nodes.gates import Gate, GatedTool
 from ctxgraph.nodes.offload.unlocks import has_archive
 from ctxgraph.state.context import Context
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
+from ctxgraph.state.transcript import transcript
 from ctxgraph.store.persistence.archive import (
     TAMPERED,
     ArchiveRecord,
