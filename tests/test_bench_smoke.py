@@ -9,8 +9,8 @@ from langchain_core.messages import HumanMessage
 
 from bench.compaction_bench import main
 from bench.session import RESULT_TOKENS, STANDING_CONSTRAINT, USER_WORDS, generate_session
-from ctxgraph.nodes.compaction.identifiers import is_constraint, split_sentences
 from ctxgraph.nodes.compaction.ledger import constraint_key, derive_ledger
+from ctxgraph.state.identifiers import is_constraint, split_sentences
 from ctxgraph.state.tokens import count_text
 
 EXPECTED_ROWS = (

@@ -311,7 +311,9 @@ def test_message_trigger_folds_whole_exchanges_and_injects_the_summary() -> None
         "folded_calls": {},
         "constraints": [],
         "folded_constraints": 0,
-        "identifiers": ["A-1001", "B-2002"],
+        # Both orders were only looked up: indexed (the archive finds them), not listed.
+        "identifiers": [],
+        "looked_up": ["A-1001", "B-2002"],
         "user_turns": 2,
     }
     assert state["summary"] == {"schema_version": 1, **sections_of(SUMMARY_V1), "ledger": ledger}

@@ -7,7 +7,6 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from ctxgraph.nodes.compaction.identifiers import shown_verbatim
 from ctxgraph.nodes.compaction.ledger import (
     Ledger,
     ToolCallEntry,
@@ -21,6 +20,7 @@ from ctxgraph.nodes.compaction.ledger import (
 )
 from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.compaction.verify import summary_problems
+from ctxgraph.state.identifiers import shown_verbatim
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import SUMMARY_SCHEMA_VERSION
 from ctxgraph.state.tokens import count_text
@@ -86,7 +86,8 @@ CHARGE_LINE = (
     "- [failed] charge_card(amount=5.00, idempotency_key=ch-77) id=charge_1"
     " — error: Error: card declined"
 )
-EARLIER_ORDERS = ", ".join(f"A-{1000 + n}" for n in range(1, 30))
+LATEST_ORDERS = "A-1027, A-1028, A-1029"
+"""The latest three orders only looked up; the 26 before them are in the archive index."""
 
 THIRTY_LOOKUPS_TEXT = (
     "TOOL CALLS (recorded by code, authoritative):\n"
@@ -97,10 +98,11 @@ THIRTY_LOOKUPS_TEXT = (
     "USER CONSTRAINTS (verbatim):\n"
     "- do NOT change the shipping address (said 30 times, turns 1–30)\n"
     "- Never refund more than $40.00.\n"
-    f"IDENTIFIERS: {EARLIER_ORDERS}"
+    f"IDENTIFIERS: {LATEST_ORDERS}\n"
+    "Older looked-up identifiers in the archive (read_history identifier=<id>): 26"
 )
 """The whole record: the 30 lookups on one line, the repeated constraint once (its latest
-wording), and only the identifiers no line above shows."""
+wording), the latest three orders only looked up (the others counted as in the archive)."""
 
 
 def test_thirty_lookups_two_side_effects_and_a_failure_render_exactly() -> None:
@@ -247,7 +249,10 @@ def test_identifiers_shown_in_a_ledger_line_are_not_repeated() -> None:
         "ch-77",
     ]
     text = render_ledger(ledger)
-    assert text.splitlines()[-1] == "IDENTIFIERS: A-1001, A-103, a-1030, $5.00"
+    assert text.splitlines()[-2:] == [
+        f"IDENTIFIERS: A-1001, A-103, a-1030, $5.00, {LATEST_ORDERS}",
+        "Older looked-up identifiers in the archive (read_history identifier=<id>): 26",
+    ]
     for identifier in ledger["identifiers"]:
         assert shown_verbatim(identifier, text)  # every identifier is still in the record
         assert text.count(f" {identifier},") + text.count(f" {identifier}\n") <= 1

@@ -22,9 +22,9 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from ctxgraph.nodes.compaction.identifiers import split_sentences, token_pattern
 from ctxgraph.nodes.compaction.ledger import CONTRADICTION_MARK, read_ledger
 from ctxgraph.nodes.compaction.sections import SECTIONS, TITLES
+from ctxgraph.state.identifiers import split_sentences, token_pattern
 from ctxgraph.state.messages import is_real_user_message
 
 ECHO = "echo"

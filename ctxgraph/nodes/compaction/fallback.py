@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxgraph.nodes.compaction.faithfulness import DEGRADED_KEY
-from ctxgraph.nodes.compaction.identifiers import extract_identifiers
 from ctxgraph.nodes.compaction.sections import SECTIONS
 from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob
+from ctxgraph.state.identifiers import extract_identifiers
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
 from ctxgraph.nodes.gates import Gate, GatedTool
 from ctxgraph.nodes.offload.unlocks import has_archive
 from ctxgraph.state.context import Context
+from ctxgraph.state.identifiers import scalar_strings, shown_verbatim
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
@@ -29,7 +31,8 @@ MAX_RESULT_TOKENS = 2_000
 MAX_MESSAGE_CHARS = 2_000
 DESCRIPTION = (
     "Read messages compaction folded out of this conversation: one compaction's by "
-    "`version` (the summary names it), or those containing the text `query`."
+    "`version` (the summary names it), those containing the text `query`, or those "
+    "naming an exact `identifier` (an order id, a path)."
 )
 
 
@@ -52,7 +55,9 @@ def _mark(runtime: ToolRuntime[Context]) -> Mapping[str, Any] | None:
 
 def _validate(version: int | None, query: str | None, limit: int) -> int:
     if version is None and not (query and query.strip()):
-        raise ValueError("give either version (a compaction number) or a non-empty query")
+        raise ValueError(
+            "give either version (a compaction number), a non-empty query or an identifier"
+        )
     if version is not None and version < 1:
         raise ValueError(f"version starts at 1, got {version}")
     return max(1, min(limit, 50))
@@ -106,6 +111,15 @@ def _by_query(
     found = search_records([record for _, record in versioned], query, limit)
     if not found:
         return f"no archived message contains {query!r}"
+    return _render_found(versioned, found, mark)
+
+
+def _render_found(
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    found: Sequence[tuple[int, BaseMessage]],
+    mark: Mapping[str, Any] | None,
+) -> str:
+    """One line per message found, with its version (marked when that record was modified)."""
     modified = tampered_versions(versioned, mark)
     return _render(
         [
@@ -116,19 +130,53 @@ def _by_query(
     )
 
 
+def mentions(message: BaseMessage, identifier: str) -> bool:
+    """Whether ``message`` shows ``identifier`` exactly, in its text or its calls' arguments."""
+    if shown_verbatim(identifier, message.text):
+        return True
+    calls = message.tool_calls if isinstance(message, AIMessage) else []
+    return any(shown_verbatim(identifier, s) for c in calls for s in scalar_strings(c["args"]))
+
+
+def _by_identifier(
+    versioned: Sequence[tuple[int, ArchiveRecord]],
+    identifier: str,
+    limit: int,
+    mark: Mapping[str, Any] | None,
+) -> str:
+    """The archived messages that mention ``identifier`` exactly, oldest first."""
+    found: list[tuple[int, BaseMessage]] = []
+    for version, record in versioned:
+        try:
+            messages = record_messages(record)
+        except (KeyError, TypeError, ValueError):
+            continue
+        found.extend((version, m) for m in messages if mentions(m, identifier))
+    if not found:
+        return f"no archived message mentions {identifier!r}"
+    return _render_found(versioned, found[:limit], mark)
+
+
 def _read(
-    runtime: ToolRuntime[Context], version: int | None, query: str | None, limit: int
+    runtime: ToolRuntime[Context],
+    version: int | None,
+    query: str | None,
+    limit: int,
+    identifier: str | None = None,
 ) -> Flow[str]:
     """``read_history`` as a flow: the archive read is its one I/O."""
-    limit = _validate(version, query, limit)
+    identifier = (identifier or "").strip() or None
+    limit = _validate(version, query or identifier, limit)
     archive, mark = _archive(runtime), _mark(runtime)
     upto = committed_version(mark)
     if version is not None:
         _check_committed(version, upto)
         record = yield from io(archive.get, archive.aget, version)
         return _by_version(record, version, limit, mark)
-    assert query is not None
     versioned = yield from io(archive.versioned, archive.aversioned, upto=upto)
+    if identifier is not None:
+        return _by_identifier(versioned, identifier, limit, mark)
+    assert query is not None
     return _by_query(versioned, query, limit, mark)
 
 
@@ -137,9 +185,10 @@ def read_history(
     version: int | None = None,
     query: str | None = None,
     limit: int = 20,
+    identifier: str | None = None,
 ) -> str:
-    """Read archived messages by compaction version or by text."""
-    return run(_read(runtime, version, query, limit))
+    """Read archived messages by compaction version, by text, or by an exact identifier."""
+    return run(_read(runtime, version, query, limit, identifier))
 
 
 async def aread_history(
@@ -147,9 +196,10 @@ async def aread_history(
     version: int | None = None,
     query: str | None = None,
     limit: int = 20,
+    identifier: str | None = None,
 ) -> str:
     """Async twin of ``read_history``."""
-    return await arun(_read(runtime, version, query, limit))
+    return await arun(_read(runtime, version, query, limit, identifier))
 
 
 def _no_archive(state: Mapping[str, Any], _settings: Settings) -> str | None:

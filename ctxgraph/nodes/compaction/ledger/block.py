@@ -44,6 +44,8 @@ TOOL_LINE = 6
 """The one line of each tool's read-only successes."""
 IDENTIFIER = 7
 """Identifiers no other line shows."""
+ARCHIVE_INDEX = 8
+"""The count of looked-up identifiers only the archive holds (the first line to go)."""
 
 
 class Candidate(NamedTuple):
@@ -53,7 +55,7 @@ class Candidate(NamedTuple):
     """
 
     priority: int
-    """Lines of a lower priority are taken first (``PINNED``, ..., ``IDENTIFIER``)."""
+    """Lines of a lower priority are taken first (``PINNED``, ..., ``ARCHIVE_INDEX``)."""
     group: str
     """Lines of one group stop at the group's first line that does not fit."""
     item: Shown

@@ -16,14 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
-from ctxgraph.nodes.compaction.identifiers import (
-    claims_by_mention,
-    error_outcome,
-    has_outcome_words,
-    scalar_strings,
-    split_sentences,
-    token_pattern,
-)
 from ctxgraph.nodes.compaction.ledger.block import (
     DONE_SIDE_EFFECT,
     OPEN_READ,
@@ -33,6 +25,14 @@ from ctxgraph.nodes.compaction.ledger.block import (
     Candidate,
 )
 from ctxgraph.nodes.compaction.ledger.read_only import is_read_only
+from ctxgraph.state.identifiers import (
+    claims_by_mention,
+    error_outcome,
+    has_outcome_words,
+    scalar_strings,
+    split_sentences,
+    token_pattern,
+)
 from ctxgraph.state.messages import content_text, is_recovered_call_id
 
 if TYPE_CHECKING:

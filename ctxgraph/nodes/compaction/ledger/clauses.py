@@ -39,7 +39,7 @@ import re
 import unicodedata
 from functools import lru_cache
 
-from ctxgraph.nodes.compaction.identifiers import is_constraint
+from ctxgraph.state.identifiers import is_constraint
 
 _CUT = re.compile(r",(?!\d)|(?<!\d),|\.(?=\s|$)|:(?!//)(?!\d)|(?<!\d):(?!//)|[，；;：。!！?？…\n]+")
 """Clause punctuation: a period before a space or the end; a comma or colon not between

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from ctxgraph.nodes.compaction.identifiers import extract_identifiers
 from ctxgraph.nodes.compaction.ledger.block import DECISION, store_listed, stored_int
 from ctxgraph.nodes.compaction.ledger.calls import ToolCallEntry
 from ctxgraph.nodes.compaction.ledger.said import DecisionEntry, SaidBlock, read_entries
+from ctxgraph.state.identifiers import extract_identifiers
 
 if TYPE_CHECKING:
     from ctxgraph.nodes.compaction.ledger.block import Walk

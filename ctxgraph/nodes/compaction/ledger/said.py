@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ctxgraph.nodes.compaction.identifiers import split_sentences
 from ctxgraph.nodes.compaction.ledger.block import Block, Candidate, older, stored_int
 from ctxgraph.nodes.compaction.ledger.clauses import constraint_key, wording_key
 from ctxgraph.nodes.compaction.ledger.sentences import SentenceKind, sentence_kind
+from ctxgraph.state.identifiers import split_sentences
 from ctxgraph.state.tokens import count_text
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from ctxgraph.nodes.compaction.identifiers import extract_identifiers, is_constraint
+from ctxgraph.state.identifiers import extract_identifiers, is_constraint
 
 SentenceKind = Literal["constraint", "decision"]
 
