@@ -64,7 +64,7 @@ def test_looked_up_ids_leave_the_list_and_the_latest_stay_listed() -> None:
     # The others are counted in one line that says where they are.
     assert text.splitlines()[-1] == archived_line(8 - LATEST_LOOKED_UP)
     assert text.splitlines()[-1] == (
-        "Older looked-up identifiers in the archive (read_history identifier=<id>): 5"
+        "Older looked-up identifiers in the archive (read_history query=<id>): 5"
     )
 
 
@@ -172,7 +172,7 @@ def _asking_session() -> Session:
     history_call = AIMessage(
         content="",
         id="a9",
-        tool_calls=[{"name": "read_history", "args": {"identifier": FIRST}, "id": "rh-id"}],
+        tool_calls=[{"name": "read_history", "args": {"query": FIRST}, "id": "rh-id"}],
     )
 
     def reply(request: list[BaseMessage]) -> AIMessage:
@@ -193,7 +193,7 @@ def _check_folded(state: dict[str, Any]) -> None:
     assert FIRST in ledger.get("looked_up", []) or ledger.get("folded_looked_up", 0) > 0
     text = render_ledger(ledger)
     assert FIRST not in text
-    assert "Older looked-up identifiers in the archive (read_history identifier=<id>)" in text
+    assert "Older looked-up identifiers in the archive (read_history query=<id>)" in text
 
 
 def _expected() -> str:
@@ -237,7 +237,7 @@ def test_an_exact_lookup_matches_whole_tokens_only() -> None:
     agent_call = AIMessage(
         content="",
         id="a9",
-        tool_calls=[{"name": "read_history", "args": {"identifier": prefix}, "id": "rh-id"}],
+        tool_calls=[{"name": "read_history", "args": {"query": prefix}, "id": "rh-id"}],
     )
     session.main.responder = lambda request: (
         AIMessage("none", id="r9") if isinstance(request[-1], ToolMessage) else agent_call

@@ -99,7 +99,7 @@ THIRTY_LOOKUPS_TEXT = (
     "- do NOT change the shipping address (said 30 times, turns 1–30)\n"
     "- Never refund more than $40.00.\n"
     f"IDENTIFIERS: {LATEST_ORDERS}\n"
-    "Older looked-up identifiers in the archive (read_history identifier=<id>): 26"
+    "Older looked-up identifiers in the archive (read_history query=<id>): 26"
 )
 """The whole record: the 30 lookups on one line, the repeated constraint once (its latest
 wording), the latest three orders only looked up (the others counted as in the archive)."""
@@ -251,7 +251,7 @@ def test_identifiers_shown_in_a_ledger_line_are_not_repeated() -> None:
     text = render_ledger(ledger)
     assert text.splitlines()[-2:] == [
         f"IDENTIFIERS: A-1001, A-103, a-1030, $5.00, {LATEST_ORDERS}",
-        "Older looked-up identifiers in the archive (read_history identifier=<id>): 26",
+        "Older looked-up identifiers in the archive (read_history query=<id>): 26",
     ]
     for identifier in ledger["identifiers"]:
         assert shown_verbatim(identifier, text)  # every identifier is still in the record

@@ -269,7 +269,7 @@ def test_the_compact_request_still_refuses_that_claim() -> None:
     assert update["summary"]["summary"].startswith("The user asked where orders A-1 to A-4")
 
 
-def test_a_fold_over_the_input_budget_falls_back_to_the_compact_request(
+def test_a_fold_over_the_compact_input_budget_still_goes_as_one_shared_prefix(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="ctxgraph.compaction")
@@ -280,11 +280,11 @@ def test_a_fold_over_the_input_budget_falls_back_to_the_compact_request(
     )
     Node(model, settings=chosen, padding="The details of this turn matter. " * 40).run()
     requests = [request for request, _ in summary_calls(model)]
-    assert len(requests) >= 2  # chunks of the compact request
-    assert all(request[0].content == SUMMARY_SYSTEM for request in requests)
+    assert len(requests) == 1  # the compact request would have needed chunks
+    assert requests[0][-1].additional_kwargs.get(ORIGIN_KEY) == "summary_request"
     [line] = [r.getMessage() for r in caplog.records if "compaction.summarized" in r.getMessage()]
-    assert "request=compact" in line
-    assert "shared_prefix_unfit: the folded messages are over summary_input_budget" in line
+    assert "request=shared_prefix" in line
+    assert "shared_prefix_unfit" not in line
 
 
 def test_a_background_job_sends_the_shared_prefix_of_its_snapshot() -> None:

@@ -21,12 +21,10 @@ from langchain_core.tools import BaseTool
 
 from ctxgraph.nodes.cache_markers import accepts_cache_control, with_cache_marker
 from ctxgraph.nodes.compaction.faithfulness import instruction_text
-from ctxgraph.nodes.compaction.partition import exchange_units
 from ctxgraph.nodes.compaction.summarizer import (
     REPAIR_PROMPT,
     REVISE_PROMPT,
     SUMMARY_PROMPT,
-    take_chunk,
 )
 from ctxgraph.nodes.request import Request, RequestAssembler, view_digest
 from ctxgraph.nodes.request_size import RequestMeasurer
@@ -171,9 +169,9 @@ class SummaryRequests:
     ``Settings.summary_request``: ``shared_prefix`` always, ``compact`` never, ``auto`` when
     the summary model is the main model. The compact request is sent instead, with the
     reason, when the builder cannot say which tools it binds, when the kept tail cannot be
-    found in the main request, when the shared request would be over the summary model's
-    input window, or when the folded messages would need chunks (more than
-    ``summary_input_budget`` in one compact call).
+    found in the main request, or when the shared request would be over the summary
+    model's input window. ``summary_input_budget`` bounds the compact request only: the
+    shared one is the request the main model reads anyway, plus the instruction.
     """
 
     def __init__(
@@ -234,22 +232,6 @@ class SummaryRequests:
             return (
                 f"the shared-prefix request is {tokens} tokens, over the summary model's "
                 f"input window of {window}"
-            )
-        units = exchange_units(plan.old)
-        budget = settings.summary_input_budget
-        job = plan.job
-        taken = take_chunk(
-            units,
-            plan.previous,
-            job.current_request,
-            budget=budget,
-            counter=self._counter,
-            template=self._template,
-        )
-        if taken < len(units):
-            return (
-                f"the folded messages are over summary_input_budget ({budget} tokens) and "
-                "are summarized in chunks"
             )
         names = request.tool_names or frozenset()
         return SharedPrefix(

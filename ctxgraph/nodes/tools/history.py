@@ -12,7 +12,7 @@ from langgraph.prebuilt import ToolRuntime
 from ctxgraph.nodes.gates import Gate, GatedTool
 from ctxgraph.nodes.offload.unlocks import has_archive
 from ctxgraph.state.context import Context
-from ctxgraph.state.identifiers import scalar_strings, shown_verbatim
+from ctxgraph.state.identifiers import extract_identifiers, scalar_strings, shown_verbatim
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
@@ -31,8 +31,7 @@ MAX_RESULT_TOKENS = 2_000
 MAX_MESSAGE_CHARS = 2_000
 DESCRIPTION = (
     "Read messages compaction folded out of this conversation: one compaction's by "
-    "`version` (the summary names it), those containing the text `query`, or those "
-    "naming an exact `identifier` (an order id, a path)."
+    "`version` (the summary names it), or those containing the text `query`."
 )
 
 
@@ -55,9 +54,7 @@ def _mark(runtime: ToolRuntime[Context]) -> Mapping[str, Any] | None:
 
 def _validate(version: int | None, query: str | None, limit: int) -> int:
     if version is None and not (query and query.strip()):
-        raise ValueError(
-            "give either version (a compaction number), a non-empty query or an identifier"
-        )
+        raise ValueError("give either version (a compaction number) or a non-empty query")
     if version is not None and version < 1:
         raise ValueError(f"version starts at 1, got {version}")
     return max(1, min(limit, 50))
@@ -162,11 +159,14 @@ def _read(
     version: int | None,
     query: str | None,
     limit: int,
-    identifier: str | None = None,
 ) -> Flow[str]:
-    """``read_history`` as a flow: the archive read is its one I/O."""
-    identifier = (identifier or "").strip() or None
-    limit = _validate(version, query or identifier, limit)
+    """``read_history`` as a flow: the archive read is its one I/O.
+
+    A query that is one identifier alone (an order id, a path) finds the messages that
+    name it as a whole token, in their text or their calls' arguments (``A-100`` does not
+    find ``A-1001``); any other query runs the archive's text search.
+    """
+    limit = _validate(version, query, limit)
     archive, mark = _archive(runtime), _mark(runtime)
     upto = committed_version(mark)
     if version is not None:
@@ -174,9 +174,10 @@ def _read(
         record = yield from io(archive.get, archive.aget, version)
         return _by_version(record, version, limit, mark)
     versioned = yield from io(archive.versioned, archive.aversioned, upto=upto)
-    if identifier is not None:
-        return _by_identifier(versioned, identifier, limit, mark)
     assert query is not None
+    text = query.strip()
+    if extract_identifiers(text) == [text]:
+        return _by_identifier(versioned, text, limit, mark)
     return _by_query(versioned, query, limit, mark)
 
 
@@ -185,10 +186,9 @@ def read_history(
     version: int | None = None,
     query: str | None = None,
     limit: int = 20,
-    identifier: str | None = None,
 ) -> str:
-    """Read archived messages by compaction version, by text, or by an exact identifier."""
-    return run(_read(runtime, version, query, limit, identifier))
+    """Read archived messages by compaction version, or by text (an id alone exactly)."""
+    return run(_read(runtime, version, query, limit))
 
 
 async def aread_history(
@@ -196,10 +196,9 @@ async def aread_history(
     version: int | None = None,
     query: str | None = None,
     limit: int = 20,
-    identifier: str | None = None,
 ) -> str:
     """Async twin of ``read_history``."""
-    return await arun(_read(runtime, version, query, limit, identifier))
+    return await arun(_read(runtime, version, query, limit))
 
 
 def _no_archive(state: Mapping[str, Any], _settings: Settings) -> str | None:

@@ -82,7 +82,7 @@ def _acted_on(ledger: Ledger) -> set[str]:
 
 def archived_line(count: int) -> str:
     """The line that says how many looked-up identifiers only the archive holds."""
-    return f"Older looked-up identifiers in the archive (read_history identifier=<id>): {count}"
+    return f"Older looked-up identifiers in the archive (read_history query=<id>): {count}"
 
 
 class IdentifierBlock(Block):
