@@ -933,10 +933,9 @@ def test_read_history_reads_the_archive_by_version_and_by_query(
     )
     by_query = results["rh-query"]
     assert by_query.status == "success"
+    # An id alone is looked up exactly: every message naming it, its call too, oldest first.
     order_lines = transcript_of(1).splitlines()
-    assert by_query.content == "\n".join(
-        [f"v1: {order_lines[3]}", f"v1: {order_lines[2]}", f"v1: {order_lines[0]}"]
-    )
+    assert by_query.content == "\n".join(f"v1: {line}" for line in order_lines)
     missing = results["rh-missing"]
     assert missing.status == "error"
     assert "there is no archived compaction version 7" in str(missing.content)
