@@ -77,8 +77,8 @@ class BackgroundCompactor:
         planner: CompactionPlanner,
         commit: CompactionCommit,
         jobs: BackgroundJobs,
-        queue: JobQueue | None = None,
         *,
+        queue: JobQueue | None = None,
         requests: SummaryRequests | None = None,
     ) -> None:
         """Plan with ``planner``, commit with ``commit``, run jobs with ``jobs``.

@@ -115,7 +115,7 @@ class CompactNode:
         jobs = BackgroundJobs(summary_models, counter, prompt=summary_prompt)
         self._requests = SummaryRequests(models, builder, counter, template=summary_prompt)
         self._background = BackgroundCompactor(
-            planner, self._commit, jobs, queue, requests=self._requests
+            planner, self._commit, jobs, queue=queue, requests=self._requests
         )
         self._offloads = StepOffloads(
             planner.measure, planner.fresh_measure, planner.split, counter

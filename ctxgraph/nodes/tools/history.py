@@ -99,18 +99,6 @@ def _by_version(
     )
 
 
-def _by_query(
-    versioned: Sequence[tuple[int, ArchiveRecord]],
-    query: str,
-    limit: int,
-    mark: Mapping[str, Any] | None,
-) -> str:
-    found = search_records([record for _, record in versioned], query, limit)
-    if not found:
-        return f"no archived message contains {query!r}"
-    return _render_found(versioned, found, mark)
-
-
 def _render_found(
     versioned: Sequence[tuple[int, ArchiveRecord]],
     found: Sequence[tuple[int, BaseMessage]],
@@ -135,12 +123,9 @@ def mentions(message: BaseMessage, identifier: str) -> bool:
     return any(shown_verbatim(identifier, s) for c in calls for s in scalar_strings(c["args"]))
 
 
-def _by_identifier(
-    versioned: Sequence[tuple[int, ArchiveRecord]],
-    identifier: str,
-    limit: int,
-    mark: Mapping[str, Any] | None,
-) -> str:
+def _mentioning(
+    versioned: Sequence[tuple[int, ArchiveRecord]], identifier: str
+) -> list[tuple[int, BaseMessage]]:
     """The archived messages that mention ``identifier`` exactly, oldest first."""
     found: list[tuple[int, BaseMessage]] = []
     for version, record in versioned:
@@ -149,9 +134,7 @@ def _by_identifier(
         except (KeyError, TypeError, ValueError):
             continue
         found.extend((version, m) for m in messages if mentions(m, identifier))
-    if not found:
-        return f"no archived message mentions {identifier!r}"
-    return _render_found(versioned, found[:limit], mark)
+    return found
 
 
 def _read(
@@ -177,8 +160,12 @@ def _read(
     assert query is not None
     text = query.strip()
     if extract_identifiers(text) == [text]:
-        return _by_identifier(versioned, text, limit, mark)
-    return _by_query(versioned, query, limit, mark)
+        found = _mentioning(versioned, text)[:limit]
+        missing = f"no archived message mentions {text!r}"
+    else:
+        found = search_records([record for _, record in versioned], query, limit)
+        missing = f"no archived message contains {query!r}"
+    return _render_found(versioned, found, mark) if found else missing
 
 
 def read_history(

@@ -11,6 +11,7 @@ from ctxgraph.nodes.compaction.ledger.block import (
     Candidate,
     older,
     store_listed,
+    store_newest,
     stored_int,
 )
 from ctxgraph.nodes.offload.refs import ArtifactMention
@@ -66,9 +67,12 @@ def _folded(ledger: Ledger) -> int:
     return ledger.get("folded_artifacts", 0)
 
 
+_KEYS = ("artifacts", "folded_artifacts")
+
+
 def _store(ledger: Ledger, entries: list[ArtifactMention], folded: int) -> None:
     """Set the keys, or leave them out when there is nothing to record."""
-    store_listed(ledger, ("artifacts", "folded_artifacts"), entries, folded)
+    store_listed(ledger, _KEYS, entries, folded)
 
 
 def _what(entry: ArtifactMention) -> str:
@@ -105,9 +109,7 @@ class ArtifactBlock(Block):
 
     def bound(self, ledger: Ledger, bounds: Bounds) -> None:
         """Only the ``max_artifacts`` newest stay listed; the older ones are counted."""
-        artifacts = _listed(ledger)
-        dropped = max(0, len(artifacts) - bounds.max_artifacts)
-        _store(ledger, artifacts[dropped:], _folded(ledger) + dropped)
+        store_newest(ledger, _KEYS, _listed(ledger), _folded(ledger), bounds.max_artifacts)
 
     def render(
         self, view: Ledger, above: Sequence[str], unlisted: Mapping[str, int] | None

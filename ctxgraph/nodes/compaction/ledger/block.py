@@ -137,6 +137,14 @@ def store_listed(ledger: Ledger, keys: tuple[str, str], entries: list[Any], fold
             record[key] = value
 
 
+def store_newest(
+    ledger: Ledger, keys: tuple[str, str], entries: list[Any], folded: int, limit: int
+) -> None:
+    """``store_listed`` of the ``limit`` newest ``entries``, the older ones added to ``folded``."""
+    dropped = max(0, len(entries) - limit)
+    store_listed(ledger, keys, entries[dropped:], folded + dropped)
+
+
 def older(count: int, noun: str) -> str:
     """``1 older constraint is`` or ``3 older constraints are``."""
     return f"{count} older {noun}" + (" is" if count == 1 else "s are")

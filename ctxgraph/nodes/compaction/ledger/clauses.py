@@ -84,13 +84,9 @@ _LEADING = re.compile(r"^[\W_]+")
 
 def _pieces(sentence: str) -> list[str]:
     """The clauses of ``sentence``, each with the punctuation that ends it."""
-    pieces: list[str] = []
-    start = 0
-    for cut in _CUT.finditer(sentence):
-        pieces.append(sentence[start : cut.end()])
-        start = cut.end()
-    pieces.append(sentence[start:])
-    return [piece for piece in pieces if piece.strip()]
+    ends = [cut.end() for cut in _CUT.finditer(sentence)]
+    spans = zip([0, *ends], [*ends, len(sentence)], strict=True)
+    return [sentence[a:b] for a, b in spans if sentence[a:b].strip()]
 
 
 def _words(text: str) -> int:

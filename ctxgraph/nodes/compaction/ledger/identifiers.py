@@ -18,6 +18,7 @@ from ctxgraph.nodes.compaction.ledger.block import (
     Block,
     Candidate,
     store_listed,
+    store_newest,
     stored_int,
     union,
 )
@@ -127,9 +128,8 @@ class IdentifierBlock(Block):
         """Only the ``max_identifiers`` most recent are kept, in the list and in the index."""
         identifiers = ledger["identifiers"]
         ledger["identifiers"] = identifiers[max(0, len(identifiers) - bounds.max_identifiers) :]
-        index = _looked_up(ledger)
-        dropped = max(0, len(index) - bounds.max_identifiers)
-        _store(ledger, index[dropped:], _folded(ledger) + dropped)
+        index, folded = _looked_up(ledger), _folded(ledger)
+        store_newest(ledger, _LOOKED_UP_KEYS, index, folded, bounds.max_identifiers)
 
     def render(
         self, view: Ledger, above: Sequence[str], unlisted: Mapping[str, int] | None
