@@ -337,9 +337,16 @@ CRASHING_CHILD = textwrap.dedent(
 
     thread_id, user_id, sentence = sys.argv[1:4]
     never = threading.Event()
+    printing = threading.Lock()
+
+    def say(line):
+        # The two threads print one whole line each: never interleaved.
+        with printing:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
 
     def blocked(messages):
-        print("extracting", flush=True)
+        say("extracting")
         never.wait()
 
     models = Models(
@@ -358,7 +365,7 @@ CRASHING_CHILD = textwrap.dedent(
             {"configurable": {"thread_id": thread_id}},
             context=Context(user_id=user_id),
         )
-        print("answered", flush=True)
+        say("answered")
         never.wait()
     """
 )
