@@ -342,7 +342,7 @@ CRASHING_CHILD = textwrap.dedent(
     def say(line):
         # The two threads print one whole line each: never interleaved.
         with printing:
-            sys.stdout.write(line + "\n")
+            sys.stdout.write(line + "\\n")
             sys.stdout.flush()
 
     def blocked(messages):
