@@ -79,6 +79,9 @@ class MemoryPart(Part):
         self._cache: tuple[str, HumanMessage] | None = None
         # The message of each note by text, so a note is one object from request to request.
         self._notes: dict[str, HumanMessage] = {}
+        # The last plan and what it was planned from: ``per_turn`` and ``placement`` of one
+        # request are asked with the same objects, and the plan is made once for both.
+        self._plan: tuple[tuple[object, ...], MemoryNotes] | None = None
 
     def repositories(self, settings: Settings) -> RepositoryFactory:
         """The memory repositories of the view and ``memory_search``, with the ranker."""
@@ -114,7 +117,14 @@ class MemoryPart(Part):
         if selection is None:
             return None
         record = record_of(state.get("compaction"))
-        return plan_notes(state.get("memory_notes"), selection, record, window)
+        stored = state.get("memory_notes")
+        inputs = (selection, stored, window)
+        last = self._plan
+        if last is not None and last[1]["record"] == record and _same(last[0], inputs):
+            return last[1]
+        notes = plan_notes(stored, selection, record, window)
+        self._plan = (inputs, notes)
+        return notes
 
     def _note_message(self, note: MemoryNote) -> HumanMessage:
         message = self._notes.get(note["text"])
@@ -169,3 +179,8 @@ class MemoryPart(Part):
             return {}
         key = "memory_notes" if "notes" in placement else "memory_placement"
         return {key: dict(placement)}
+
+
+def _same(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
+    """Whether two tuples hold the very same objects, one by one."""
+    return all(a is b for a, b in zip(old, new, strict=True))
