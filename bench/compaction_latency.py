@@ -79,10 +79,10 @@ from bench.common import Backend, add_backend_arguments, backend_label, open_bac
 from bench.common import median as _median
 from bench.common import package_version as _version
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.scripted_model import ScriptedChatModel
 

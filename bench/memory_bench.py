@@ -36,7 +36,8 @@ from ctxgraph.nodes.memory.gate import gate_reason
 from ctxgraph.state.context import Context
 from ctxgraph.state.messages import ORIGIN_KEY, content_text, is_real_user_message
 from ctxgraph.state.tokens import TokenCounter, count_text, message_text
-from ctxgraph.store.memory.repository import MemoryRepository, MemoryUpdate
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import MemoryUpdate
 
 TARGET_RATIO = 0.30
 """The filtered transcript must be at most this share of the raw one (totals)."""

@@ -39,7 +39,8 @@ from ctxgraph.nodes.memory.selection import select_view_facts, view_clock
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.memory.repository import Fact, MemoryRepository
+from ctxgraph.store.memory.facts import Fact
+from ctxgraph.store.memory.repository import MemoryRepository
 
 PAIRS: tuple[tuple[float, int], ...] = (
     (0, 0),

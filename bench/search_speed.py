@@ -50,7 +50,8 @@ from ctxgraph.nodes.memory.load import MEMORY_VIEW_KEY, MemoryLoader
 from ctxgraph.nodes.memory.search_tool import MemorySearch
 from ctxgraph.state import Context, Settings
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.memory.repository import BATCH, MemoryRepository
+from ctxgraph.store.memory.exchange import BATCH
+from ctxgraph.store.memory.repository import MemoryRepository
 from ctxgraph.store.memory.rules import Category, normalize_text
 from ctxgraph.store.persistence.connection import open_persistence
 from ctxgraph.store.search import scoring as search_module

@@ -17,8 +17,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.tokens import count_text
 
 USER_WORDS = (20, 60)

@@ -45,10 +45,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.parts import SubagentsPart
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.subagents import SubagentSpec

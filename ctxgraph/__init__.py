@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ctxgraph.graph.builder import build_graph, create_builder
-    from ctxgraph.graph.demo import demo_models, demo_tools
     from ctxgraph.graph.root import CtxGraph
     from ctxgraph.graph.subgraph import as_subgraph
     from ctxgraph.nodes.compaction.background import wait_for_jobs
@@ -29,6 +28,8 @@ if TYPE_CHECKING:
     )
     from ctxgraph.nodes.tools.wrappers import ToolWrapper
     from ctxgraph.state.context import Context
+    from ctxgraph.state.demo_model import demo_models
+    from ctxgraph.state.demo_replies import demo_tools
     from ctxgraph.state.models import Models
     from ctxgraph.state.prompt_template import PromptTemplateError
     from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -68,8 +69,8 @@ _EXPORTS = {
     "MessageCount": "ctxgraph.state.tokens",
     "Ranker": "ctxgraph.store.memory.ranking",
     "MemoryRepository": "ctxgraph.store.memory.repository",
-    "demo_models": "ctxgraph.graph.demo",
-    "demo_tools": "ctxgraph.graph.demo",
+    "demo_models": "ctxgraph.state.demo_model",
+    "demo_tools": "ctxgraph.state.demo_replies",
     "wait_for_jobs": "ctxgraph.nodes.compaction.background",
     "SUMMARY_PROMPT": "ctxgraph.nodes.compaction.summarizer",
     "EXTRACTION_PROMPT": "ctxgraph.nodes.memory.extract",

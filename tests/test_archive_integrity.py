@@ -17,8 +17,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from ctxgraph.graph import Graph, build_graph
 from ctxgraph.graph.cli.notices import is_routine
 from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
-from ctxgraph.graph.demo import demo_models
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_model import demo_models
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.summary import CHAIN_SEED
 from ctxgraph.store.namespaces import thread_archive

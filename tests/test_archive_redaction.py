@@ -18,8 +18,8 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import Graph, build_graph
 from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
-from ctxgraph.graph.demo import demo_models
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_model import demo_models
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.summary import CHAIN_SEED, chain_hash, checksum
 from ctxgraph.store.namespaces import thread_archive, thread_redactions

@@ -17,11 +17,11 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import Graph, build_graph
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
 from ctxgraph.nodes.compaction.summarizer import parse_sections
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.namespaces import thread_compaction_jobs
 from ctxgraph.store.persistence.archive import verify_thread

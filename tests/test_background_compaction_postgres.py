@@ -76,7 +76,7 @@ class SlowSession:
         return AIMessage(content=f"Noted: {asked.text[:40]}")
 
     def summary(self, messages: list[BaseMessage]) -> AIMessage:
-        from ctxgraph.graph.demo import demo_summary
+        from ctxgraph.state.demo_replies import demo_summary
 
         with self._lock:
             self.summary_calls += 1

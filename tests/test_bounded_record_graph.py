@@ -13,7 +13,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.ledger import (
     constraint_key,
     read_ledger,
@@ -21,6 +20,7 @@ from ctxgraph.nodes.compaction.ledger import (
     render_ledger_within,
 )
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.persistence.archive import ThreadArchive

@@ -6,7 +6,7 @@ import pytest
 
 from ctxgraph.graph.cli import skills
 from ctxgraph.graph.environment import EnvironmentConfig
-from ctxgraph.state.demo_model import demo_tools
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.models import SCRIPTED_MODEL_NAME
 from ctxgraph.state.settings import Settings
 

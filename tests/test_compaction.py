@@ -24,12 +24,12 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import Graph, build_graph
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.ledger import find_contradictions
 from ctxgraph.nodes.compaction.node import CompactionError
 from ctxgraph.nodes.compaction.render import render_sections, render_summary
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_TAGS, parse_sections, transcript
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.messages import message_origin
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.settings import DEFAULT_SYSTEM_PROMPT

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.state import Context, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.store.persistence.archive import ThreadArchive, averify_thread
 from ctxgraph.store.persistence.connection import open_async_persistence
 

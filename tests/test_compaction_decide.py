@@ -23,7 +23,6 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import Graph, build_graph
 from ctxgraph.graph.cli.compact import outcome_line
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.node import UNFIT, Launch
 from ctxgraph.nodes.compaction.planner import CompactionPlanner
@@ -32,6 +31,7 @@ from ctxgraph.nodes.compaction.verify import size_problems
 from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.messages import message_origin
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter, count_text

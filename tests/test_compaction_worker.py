@@ -14,10 +14,10 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph import CtxGraph
 from ctxgraph.graph.compaction_worker import CompactionWorkerError, build_compaction_worker
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.job_queue import settings_from_values, settings_values
 from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.state import Context, Models
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence.archive import verify_thread
 from tests.support.background_child import SETTINGS as BACKGROUND

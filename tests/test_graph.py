@@ -11,11 +11,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph, compile_graph, create_builder
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.nodes.model import RequestTooLargeError
 from ctxgraph.nodes.routing import route_after_model
 from ctxgraph.state import Context, Models, Settings, SettingsError
 from ctxgraph.state.context import ContextError
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel, ScriptExhaustedError
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"

@@ -6,9 +6,10 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.graph.input_check import InputCheckLayoutError, attach_input_check
 from ctxgraph.state import Context, MalformedMessagesError
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 
 
 def test_graph_without_persistence_rejects_malformed_input() -> None:

@@ -8,8 +8,9 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.state import Context, MalformedMessagesError
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.store.persistence.connection import Persistence
 
 BAD_INPUTS: list[tuple[Any, str]] = [

@@ -22,7 +22,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import Graph, build_graph
-from ctxgraph.graph.demo import demo_tools
 from ctxgraph.nodes.compaction.partition import partition_history
 from ctxgraph.nodes.invalid_calls import (
     ORIGINALS_KEY,
@@ -33,6 +32,7 @@ from ctxgraph.nodes.invalid_calls import (
     invalid_calls_node,
 )
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from tests.support.openai_server import OpenAIServer, Reply
 

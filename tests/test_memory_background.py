@@ -27,9 +27,10 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import await_memory, build_graph, wait_for_memory
 from ctxgraph.graph.cli.chat import settle_memory_extractions
-from ctxgraph.graph.demo import demo_memory, demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.runner import pending_memory
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_memory, demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.progress import UNCLAIMED_USAGE
 from ctxgraph.store.memory.queue import MemoryQueue
@@ -330,7 +331,8 @@ CRASHING_CHILD = textwrap.dedent(
     import os, sys, threading
     from langchain_core.messages import HumanMessage
     from ctxgraph.graph import build_graph
-    from ctxgraph.graph.demo import demo_reply, demo_tools
+    from ctxgraph.graph.demo import demo_reply
+    from ctxgraph.state.demo_replies import demo_tools
     from ctxgraph.state import Context, Models
     from ctxgraph.state.scripted_model import ScriptedChatModel
     from ctxgraph.store.persistence.connection import open_persistence

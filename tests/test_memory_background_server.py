@@ -31,7 +31,8 @@ GRAPH_MODULE = textwrap.dedent(
     from pathlib import Path
 
     from ctxgraph.graph import build_graph
-    from ctxgraph.graph.demo import demo_memory, demo_reply, demo_tools
+    from ctxgraph.state.demo_replies import demo_memory, demo_tools
+    from ctxgraph.graph.demo import demo_reply
     from ctxgraph.state import Models
     from ctxgraph.state.scripted_model import ScriptedChatModel
 

@@ -11,7 +11,8 @@ import pytest
 from ctxgraph.graph.cli.main import SEARCH_LIMITS
 from ctxgraph.nodes.memory.search_tool import MAX_LIMIT, MIN_LIMIT
 from ctxgraph.state.context import Context
-from ctxgraph.store.memory.repository import MemoryRepository, ProfileUpdate
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import ProfileUpdate
 from ctxgraph.store.persistence.connection import Persistence
 from tests.support.cli import run_ctxgraph
 

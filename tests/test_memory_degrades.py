@@ -13,9 +13,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.extract import update_from_text
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.repository import MemoryRepository
 

@@ -29,7 +29,8 @@ from ctxgraph.nodes.memory.filter import render_rows
 from ctxgraph.state import Context
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter
-from ctxgraph.store.memory.repository import MemoryRepository, MemoryUpdate
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import MemoryUpdate
 
 CONTEXT = Context(user_id="prompt-user")
 TOPICS = ("invoice", "carrier", "refund", "warehouse", "ticket", "audit", "label", "credit")

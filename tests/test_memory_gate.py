@@ -15,9 +15,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_memory, demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.gate import NO_CUE, NO_USER_TEXT, gate_reason, has_fact_cue
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_memory, demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.settings import SettingsError
 from ctxgraph.store.memory.progress import ProcessedMessages

@@ -10,10 +10,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph, wait_for_memory
-from ctxgraph.graph.demo import demo_memory, demo_models, demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.extract import MEMORY_TAGS, MemoryExtractor
 from ctxgraph.nodes.memory.worker import process_pending
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_memory, demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.queue import MemoryQueue
 from ctxgraph.store.memory.repository import MemoryRepository

@@ -11,14 +11,16 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_memory, demo_reply
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.render import MemoryBudgetError
 from ctxgraph.nodes.memory.search_tool import clamp_limit, visible_results
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_memory
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.memory.repository import MemoryRepository, ProfileUpdate
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import ProfileUpdate
 from ctxgraph.store.persistence.connection import open_async_persistence
 from tests.support.scripted import block
 

@@ -19,12 +19,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_memory
 from ctxgraph.nodes.memory.filter import filter_for_memory
 from ctxgraph.nodes.memory.notes import plan_notes, record_of
 from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.request import view_digest
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_memory
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.memory_notes import MemorySelection
 from ctxgraph.state.messages import is_real_user_message

@@ -23,11 +23,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import await_memory, build_graph, wait_for_memory
-from ctxgraph.graph.demo import demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.extract import MemoryExtractor
 from ctxgraph.nodes.memory.filter import filter_for_memory
 from ctxgraph.nodes.memory.worker import process_pending
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory import progress as progress_module
 from ctxgraph.store.memory.progress import (

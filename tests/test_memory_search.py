@@ -23,7 +23,9 @@ from ctxgraph.state.context import Context
 from ctxgraph.state.models import Models
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.repository import Decision, Fact, FactCandidate, MemoryRepository
+from ctxgraph.store.memory.facts import Fact
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import Decision, FactCandidate
 from ctxgraph.store.namespaces import project_facts, user_facts
 from ctxgraph.store.persistence.change_tracking import install_change_tracking
 from ctxgraph.store.persistence.connection import Persistence, open_async_persistence

@@ -12,16 +12,16 @@ from langgraph.store.memory import InMemoryStore
 from pydantic import ValidationError
 
 from ctxgraph.state.context import Context, ContextError
-from ctxgraph.store.memory.repository import (
-    HISTORY_LIMIT,
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import (
     Decision,
     FactCandidate,
-    MemoryRepository,
     MemoryUpdate,
     ProfileUpdate,
     accept_candidate,
     accept_profile_update,
 )
+from ctxgraph.store.memory.writes import HISTORY_LIMIT
 from ctxgraph.store.namespaces import project_facts, thread_memory, user_facts, user_profile
 from ctxgraph.store.persistence.connection import Persistence
 

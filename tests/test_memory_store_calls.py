@@ -24,13 +24,14 @@ from langgraph.store.base import GetOp, Op, PutOp, Result, SearchOp
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.extract import EXTRACTION_FACTS, known_facts
 from ctxgraph.state import Context, Models, Settings
-from ctxgraph.state.demo_model import demo_memory
+from ctxgraph.state.demo_replies import demo_memory, demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.progress import PROCESSED_KEY
-from ctxgraph.store.memory.repository import CANDIDATES, MemoryRepository
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.searcher import CANDIDATES
 from ctxgraph.store.namespaces import memory_queue, thread_memory, user_facts, user_profile
 
 Seen = tuple[str, tuple[str, ...], str | None]

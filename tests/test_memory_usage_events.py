@@ -17,10 +17,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.extract import MEMORY_UPDATE_TOOL, MemoryExtractor
 from ctxgraph.nodes.memory.worker import process_pending
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter, message_text
 from ctxgraph.store.memory.progress import ProcessedMessages

@@ -27,7 +27,9 @@ from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.settings_checks import SettingsError
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.memory.repository import Fact, MemoryRepository, ProfileUpdate
+from ctxgraph.store.memory.facts import Fact
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import ProfileUpdate
 from tests.support.memory_view_case import (
     CORRECTION,
     PREFERENCE,

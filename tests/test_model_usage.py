@@ -19,11 +19,11 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph import SubagentsPart
 from ctxgraph.graph import Graph, build_graph
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.job_results import was_applied
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.subagents import SubagentSpec
 from ctxgraph.state.tokens import TokenCounter

@@ -13,12 +13,13 @@ from langgraph.runtime import Runtime
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.memory.load import MemoryLoader
 from ctxgraph.nodes.memory.node import MemoryNodes
 from ctxgraph.nodes.model import ModelNode
 from ctxgraph.state import Context, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 
 BODIES: list[tuple[type[Any], str, str, str]] = [
     (MemoryLoader, "load_memory", "load", "aload"),

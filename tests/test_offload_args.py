@@ -10,11 +10,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_memory
 from ctxgraph.nodes.offload.args import arg_path
 from ctxgraph.nodes.offload.refs import LEDGER_ARTIFACTS_KEY, OFFLOAD_ARGS_KEY
 from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_memory
 from ctxgraph.state.messages import ORIGIN_KEY, content_text
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter, count_text

@@ -9,11 +9,11 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_memory
 from ctxgraph.nodes.compaction.ledger import bound_ledger, empty_ledger, render_ledger_within
 from ctxgraph.nodes.offload.inputs import input_threshold
 from ctxgraph.nodes.offload.refs import LEDGER_ARTIFACTS_KEY, OFFLOAD_FAILED_KEY, OFFLOAD_KEY
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_memory
 from ctxgraph.state.messages import ORIGIN_KEY, content_text
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import count_text

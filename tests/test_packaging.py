@@ -39,7 +39,8 @@ USER_SCRIPT = textwrap.dedent(
 
     import ctxgraph
     from ctxgraph import Context, Settings, build_graph
-    from ctxgraph.graph.demo import demo_models, demo_tools
+    from ctxgraph.state.demo_model import demo_models
+    from ctxgraph.state.demo_replies import demo_tools
 
     print(state.KIND, store.KIND, graph.KIND, nodes.KIND, sep="|")
     print(ctxgraph.__file__)

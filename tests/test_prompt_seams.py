@@ -13,7 +13,6 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph import CompactionPart, Context, MemoryPart, Settings, build_graph
 from ctxgraph.graph import as_subgraph, wait_for_memory
-from ctxgraph.graph.demo import demo_models
 from ctxgraph.nodes.memory.extract import (
     EXTRACTION_PROMPT,
     EXTRACTION_SYSTEM,
@@ -22,6 +21,7 @@ from ctxgraph.nodes.memory.extract import (
     extraction_prompt,
 )
 from ctxgraph.nodes.memory.worker import worker_from_env
+from ctxgraph.state.demo_model import demo_models
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.prompt_template import PromptTemplateError
 from ctxgraph.state.scripted_model import ScriptedChatModel

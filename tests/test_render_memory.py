@@ -10,7 +10,7 @@ import ctxgraph.nodes.memory.render as render_module
 from ctxgraph.nodes.memory import MemoryBudgetError, render_memory
 from ctxgraph.nodes.memory.render import FACTS_HEADING, MEMORY_HEADER, PROFILE_HEADING
 from ctxgraph.state.tokens import count_text
-from ctxgraph.store.memory.repository import Fact
+from ctxgraph.store.memory.facts import Fact
 
 PROFILE = {
     "work_context": "Backend engineer working on a LangGraph service in Python.",

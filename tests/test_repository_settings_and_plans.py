@@ -17,7 +17,8 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.state import Context, Settings
 from ctxgraph.store.memory.ranking import age_from_of
-from ctxgraph.store.memory.repository import Decision, FactCandidate, MemoryRepository
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import Decision, FactCandidate
 from ctxgraph.store.memory.writes import FactWrite
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

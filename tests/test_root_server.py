@@ -25,7 +25,8 @@ GRAPH_MODULE = textwrap.dedent(
     from pathlib import Path
 
     from ctxgraph import CtxGraph, MemoryPart, Models, ServerJobQueue, Settings
-    from ctxgraph.graph.demo import demo_memory, demo_reply, demo_tools
+    from ctxgraph.state.demo_replies import demo_memory, demo_tools
+    from ctxgraph.graph.demo import demo_reply
     from ctxgraph.state.scripted_model import ScriptedChatModel
 
     HERE = Path(__file__).resolve().parent

@@ -7,9 +7,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_tools
 from ctxgraph.state import Context, Models
-from ctxgraph.state.demo_model import demo_chat_reply
+from ctxgraph.state.demo_replies import demo_chat_reply, demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel, bound_tool_names
 
 CTX = Context(user_id="u1")

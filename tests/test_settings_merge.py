@@ -22,16 +22,12 @@ from ctxgraph.graph.cli.memory import search_memory
 from ctxgraph.nodes.model import RequestTooLargeError
 from ctxgraph.nodes.settings import effective_settings
 from ctxgraph.state import Context, Models, Settings, SettingsError
-from ctxgraph.state.demo_model import demo_memory
+from ctxgraph.state.demo_replies import demo_memory
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.memory.queue import MemoryQueue
-from ctxgraph.store.memory.repository import (
-    Decision,
-    FactCandidate,
-    MemoryRepository,
-    ProfileUpdate,
-)
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import Decision, FactCandidate, ProfileUpdate
 from tests.support.scripted import demo_summarizer, is_summary_request
 
 RUN_PROMPT = "Run prompt: answer in one line."

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from ctxgraph.graph.cli.chat import SlashCompleter, slash_completions
 from ctxgraph.graph.cli.demo import example_skills_dir
 from ctxgraph.graph.cli.skills import graph_tool_names
-from ctxgraph.state.demo_model import calculator, demo_chat_reply
+from ctxgraph.state.demo_replies import calculator, demo_chat_reply
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.skills import SkillCatalog
 from tests.support.cli import REPO_ROOT

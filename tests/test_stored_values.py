@@ -18,9 +18,11 @@ from langgraph.store.postgres import PostgresStore
 from ctxgraph.graph import build_graph, wait_for_memory
 from ctxgraph.graph.cli.main import main
 from ctxgraph.graph.cli.memory import list_memory, search_memory
-from ctxgraph.graph.demo import demo_memory, demo_models, demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.memory.render import render_memory
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_memory, demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory import MemoryRepository
 from ctxgraph.store.memory.facts import parse_fact

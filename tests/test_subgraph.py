@@ -21,8 +21,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import as_subgraph, build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.state import Context, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.scripted_model import ScriptedChatModel
 
 CALCULATION = "What is 17 * 23?"

@@ -16,10 +16,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import SubgraphSetupError, as_subgraph, build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.graph.subgraph import parent_update, unseen
 from ctxgraph.nodes.compaction.node import CompactionError
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.messages import is_real_user_message
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence.archive import (

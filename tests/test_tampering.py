@@ -15,9 +15,10 @@ from langgraph.prebuilt import ToolRuntime
 
 from ctxgraph.graph import Graph, build_graph
 from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
-from ctxgraph.graph.demo import demo_chat_reply, demo_models
 from ctxgraph.nodes.tools.history import read_history
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_chat_reply
 from ctxgraph.state.messages import message_origin
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.namespaces import thread_archive

@@ -20,13 +20,13 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph import Context, CtxGraph, Models, Settings
 from ctxgraph.graph.builder import compaction_node
-from ctxgraph.graph.demo import demo_models
 from ctxgraph.nodes.memory.render import FACTS_HEADING, render_memory, render_view
 from ctxgraph.nodes.memory.search_tool import visible_results
 from ctxgraph.nodes.offload.args import long_arguments
 from ctxgraph.nodes.offload.inputs import large_inputs
 from ctxgraph.nodes.offload.refs import OFFLOAD_KEY
 from ctxgraph.nodes.offload.results import over_threshold
+from ctxgraph.state.demo_model import demo_models
 from ctxgraph.state.messages import ORIGIN_KEY, content_text
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import REPLY_PRIMING, TokenCounter, count_text

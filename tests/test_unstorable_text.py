@@ -13,9 +13,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from ctxgraph.graph import build_graph, wait_for_memory
-from ctxgraph.graph.demo import demo_models, demo_reply, demo_tools
+from ctxgraph.graph.demo import demo_reply
 from ctxgraph.nodes.subagents.result import Outcome, Refs, result_message, transcript_text
 from ctxgraph.state import Context, MalformedMessagesError, Models, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.messages import check_storable, safe_text, sanitized_message
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.artifacts import ArtifactStore

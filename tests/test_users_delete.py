@@ -20,9 +20,9 @@ from psycopg import sql
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.cli.main import main
 from ctxgraph.graph.cli.threads import verify_thread_command
-from ctxgraph.graph.demo import demo_models
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.context import ContextError
+from ctxgraph.state.demo_model import demo_models
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.repository import MemoryRepository
 from ctxgraph.store.memory.rules import ProfileUpdate

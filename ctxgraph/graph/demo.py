@@ -1,4 +1,4 @@
-"""The offline demo model, and ``demo_reply``: one responder that plays every role."""
+"""``demo_reply``: one offline responder that plays every role (chat, summary, memory)."""
 
 from __future__ import annotations
 
@@ -6,27 +6,10 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.memory.extract import EXTRACTION_SYSTEM
-from ctxgraph.state.demo_model import (
-    LEDGER_COMMAND,
-    calculator,
-    demo_chat_reply,
-    demo_memory,
-    demo_models,
-    demo_summary,
-    demo_tools,
-)
+from ctxgraph.state.demo_replies import demo_chat_reply, demo_memory, demo_summary
 from ctxgraph.state.messages import content_text
 
-__all__ = [
-    "LEDGER_COMMAND",
-    "calculator",
-    "demo_chat_reply",
-    "demo_memory",
-    "demo_models",
-    "demo_reply",
-    "demo_summary",
-    "demo_tools",
-]
+__all__ = ["demo_reply"]
 
 
 def demo_reply(messages: list[BaseMessage]) -> AIMessage:

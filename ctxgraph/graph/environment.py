@@ -11,12 +11,12 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from ctxgraph.graph.builder import Graph, check_persistence, compile_graph, create_builder
-from ctxgraph.graph.demo import demo_tools
 from ctxgraph.graph.subagent_files import SubagentFileError, read_subagent_specs
 from ctxgraph.nodes.compaction.commit import checkpoint_head
 from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.nodes.part import Part
 from ctxgraph.nodes.parts import SubagentsPart
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.state.models import SCRIPTED_MODEL_NAME, Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec

@@ -2,32 +2,15 @@
 
 ``CTXGRAPH_MODEL=scripted`` selects it (see ``Models.from_env``). It lives in the state
 layer so that every layer can resolve that setting. The replies themselves are in
-``state.demo_replies``, which both this module and ``state.models`` import; the names
-are re-exported here.
+``state.demo_replies``, which both this module and ``state.models`` import.
 """
 
 from __future__ import annotations
 
-from ctxgraph.state.demo_replies import (
-    LEDGER_COMMAND,
-    calculator,
-    demo_chat_reply,
-    demo_memory,
-    demo_role_models,
-    demo_summary,
-    demo_tools,
-)
+from ctxgraph.state.demo_replies import demo_role_models
 from ctxgraph.state.models import Models
 
-__all__ = [
-    "LEDGER_COMMAND",
-    "calculator",
-    "demo_chat_reply",
-    "demo_memory",
-    "demo_models",
-    "demo_summary",
-    "demo_tools",
-]
+__all__ = ["demo_models"]
 
 
 def demo_models() -> Models:

@@ -27,10 +27,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from ctxgraph.graph import Graph, build_graph
-from ctxgraph.graph.demo import demo_summary
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence import open_persistence
 

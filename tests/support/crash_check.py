@@ -17,7 +17,8 @@ from langchain_core.messages import HumanMessage
 
 from ctxgraph.graph import build_graph
 from ctxgraph.graph.cli.threads import show_thread, verify_thread_command
-from ctxgraph.graph.demo import demo_models, demo_tools
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.store.persistence.connection import Persistence, open_persistence
 from tests.support.crash_child import AFTER_TURN, CONTEXT, SETTINGS, config
 

@@ -28,8 +28,9 @@ from langgraph.store.base import Op, PutOp, Result
 from langgraph.store.postgres import PostgresStore
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.state import Context, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 
 CRASH_STATUS = 17
 SETTINGS = Settings(trigger_messages=8, keep_messages=2, memory_extraction="inline")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 
 from ctxgraph.graph import build_graph
-from ctxgraph.graph.demo import demo_models, demo_tools
 from ctxgraph.state import Context, Settings
+from ctxgraph.state.demo_model import demo_models
+from ctxgraph.state.demo_replies import demo_tools
 from ctxgraph.store.persistence import open_persistence, thread_lock
 
 

@@ -21,8 +21,9 @@ from ctxgraph.store.memory.bundle import (
     import_bundle,
     verify_bundle,
 )
+from ctxgraph.store.memory.facts import Fact
 from ctxgraph.store.memory.ranking import Ranker
-from ctxgraph.store.memory.repository import Fact, MemoryRepository
+from ctxgraph.store.memory.repository import MemoryRepository
 from ctxgraph.store.memory.rules import DEFAULT_THRESHOLD
 from ctxgraph.store.search.hybrid import semantic_enabled
 

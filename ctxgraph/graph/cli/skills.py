@@ -24,7 +24,7 @@ SCRIPTED_MODEL = "scripted"
 """``CTXGRAPH_MODEL`` of the offline demo model (``state.models.SCRIPTED_MODEL_NAME``)."""
 
 DEMO_TOOLS = ("calculator",)
-"""The names of the demo model's tools (``state.demo_model.demo_tools``)."""
+"""The names of the demo model's tools (``state.demo_replies.demo_tools``)."""
 
 SKILL_TOOLS = ("load_skill", "read_skill_file")
 """The skill tools the graph binds when skill folders are configured (``SkillTools``)."""

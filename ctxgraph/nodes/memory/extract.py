@@ -42,15 +42,10 @@ from ctxgraph.state.prompt_template import check_template
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.tokens import TokenCounter, message_text
 from ctxgraph.state.usage import CallUsage, call_usage
-from ctxgraph.store.memory.repository import (
-    CANDIDATES,
-    Decision,
-    Fact,
-    FactCandidate,
-    MemoryRepository,
-    MemoryUpdate,
-    accept_candidate,
-)
+from ctxgraph.store.memory.facts import Fact
+from ctxgraph.store.memory.repository import MemoryRepository
+from ctxgraph.store.memory.rules import Decision, FactCandidate, MemoryUpdate, accept_candidate
+from ctxgraph.store.memory.searcher import CANDIDATES
 
 logger = logging.getLogger("ctxgraph.memory")
 

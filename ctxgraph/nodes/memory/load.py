@@ -20,7 +20,8 @@ from ctxgraph.state.memory_notes import MemorySelection, SelectedFact
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.repository import Fact, MemoryRepository
+from ctxgraph.store.memory.facts import Fact
+from ctxgraph.store.memory.repository import MemoryRepository
 
 logger = logging.getLogger("ctxgraph.memory")
 

@@ -14,7 +14,7 @@ from ctxgraph.store.search.scoring import final_score, relevance_scores
 if TYPE_CHECKING:
     from ctxgraph.state.settings import Settings
     from ctxgraph.state.tokens import TokenCounter
-    from ctxgraph.store.memory.repository import Fact
+    from ctxgraph.store.memory.facts import Fact
 
 Count = Callable[[str], int]
 """Tokens of a text: ``count_text``, or ``TokenCounter.count_text`` of the graph's counter."""

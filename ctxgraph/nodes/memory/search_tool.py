@@ -15,7 +15,8 @@ from ctxgraph.state.context import Context, require_context
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter, count_text
-from ctxgraph.store.memory.repository import Fact, MemoryRepository, RepositoryFactory
+from ctxgraph.store.memory.facts import Fact
+from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
 
 MIN_LIMIT = 1
 MAX_LIMIT = 10

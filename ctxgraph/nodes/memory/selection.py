@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from ctxgraph.store.memory.repository import Fact
+from ctxgraph.store.memory.facts import Fact
 
 __all__ = [
     "CORRECTION",

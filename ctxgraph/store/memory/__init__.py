@@ -9,23 +9,18 @@ from ctxgraph.store.memory.bundle import (
     import_bundle,
     verify_bundle,
 )
+from ctxgraph.store.memory.facts import Fact, Problem, Provenance
 from ctxgraph.store.memory.ranking import Ranker, Source, rank, scored_candidates
-from ctxgraph.store.memory.repository import (
-    HISTORY_LIMIT,
-    PROFILE_SECTIONS,
-    SECTION_LIMIT,
+from ctxgraph.store.memory.repository import MemoryRepository, RepositoryFactory
+from ctxgraph.store.memory.rules import (
     Decision,
-    Fact,
     FactCandidate,
-    MemoryRepository,
     MemoryUpdate,
-    Problem,
     ProfileUpdate,
-    Provenance,
-    RepositoryFactory,
     accept_candidate,
     accept_profile_update,
 )
+from ctxgraph.store.memory.writes import HISTORY_LIMIT, PROFILE_SECTIONS, SECTION_LIMIT
 
 __all__ = [
     "HISTORY_LIMIT",

@@ -41,6 +41,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 from ctxgraph.state.context import Context
 from ctxgraph.state.messages import unstorable_position
 from ctxgraph.state.sans_io import Flow, arun, io, run
+from ctxgraph.store.memory.exchange import BATCH
 from ctxgraph.store.memory.facts import (
     PROVENANCES,
     Fact,
@@ -50,7 +51,7 @@ from ctxgraph.store.memory.facts import (
     parse_fact,
     parse_profile,
 )
-from ctxgraph.store.memory.repository import BATCH, MemoryRepository
+from ctxgraph.store.memory.repository import MemoryRepository
 from ctxgraph.store.memory.rules import DEFAULT_THRESHOLD, Category, normalize_text, slug_key
 from ctxgraph.store.memory.writes import PROFILE_KEY, PROFILE_SECTIONS, FactWrite, utc
 from ctxgraph.store.namespaces import project_facts, user_facts, user_profile

@@ -19,7 +19,7 @@ from langgraph.store.base import BaseStore, GetOp, Item
 from ctxgraph.state.context import Context
 from ctxgraph.state.sans_io import arun, run
 from ctxgraph.state.settings import Settings
-from ctxgraph.store.memory.exchange import BATCH, MemoryExchange
+from ctxgraph.store.memory.exchange import MemoryExchange
 from ctxgraph.store.memory.facts import Fact, Problem, Provenance
 from ctxgraph.store.memory.ranking import Ranker, rank
 from ctxgraph.store.memory.reads import MemoryReads
@@ -27,42 +27,16 @@ from ctxgraph.store.memory.rules import (
     Category,
     Decision,
     FactCandidate,
-    MemoryUpdate,
     ProfileUpdate,
-    accept_candidate,
-    accept_profile_update,
 )
 from ctxgraph.store.memory.searcher import CANDIDATES, Gathered, MemorySearch
 from ctxgraph.store.memory.writer import MemoryWriter
 from ctxgraph.store.memory.writes import (
-    HISTORY_LIMIT,
-    PROFILE_SECTIONS,
-    SECTION_LIMIT,
-    merge_section,
     utc,
 )
 from ctxgraph.store.search.scoring import AgeFrom
 
-__all__ = [
-    "BATCH",
-    "CANDIDATES",
-    "HISTORY_LIMIT",
-    "PROFILE_SECTIONS",
-    "SECTION_LIMIT",
-    "Decision",
-    "Fact",
-    "FactCandidate",
-    "MemoryRepository",
-    "MemoryUpdate",
-    "Problem",
-    "ProfileUpdate",
-    "Provenance",
-    "Ranker",
-    "RepositoryFactory",
-    "accept_candidate",
-    "accept_profile_update",
-    "merge_section",
-]
+__all__ = ["MemoryRepository", "RepositoryFactory"]
 
 
 @dataclass(frozen=True)
