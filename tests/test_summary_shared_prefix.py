@@ -1,9 +1,9 @@
 """The shared-prefix summary request: the main request, its tools, then the marked instruction.
 
 When the summary model is the main model, the summary call repeats the request the main
-model gets for the state being compacted (messages and tool schemas) and adds the
-summary instruction as its last message; a separate summary model, or
-``summary_request="compact"``, gets today's compact prompt.
+model gets for the state being compacted (messages and tool schemas) up to its last
+folded message and adds the summary instruction as its last message; a separate summary
+model, or ``summary_request="compact"``, gets the compact prompt.
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ from langgraph.store.memory import InMemoryStore
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.nodes.compaction.node import CompactNode
-from ctxgraph.nodes.compaction.shared_prefix import SUMMARY_REQUEST_ID, SUMMARY_REQUEST_ORIGIN
+from ctxgraph.nodes.compaction.shared_prefix import (
+    SUMMARY_REQUEST_ID,
+    SUMMARY_REQUEST_ORIGIN,
+    cut,
+    shown_kept,
+)
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.model import ModelNode
 from ctxgraph.nodes.parts.requests import RequestBuilder
@@ -159,7 +164,7 @@ def shape(messages: list[BaseMessage]) -> list[tuple[str, Any, str | None]]:
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_the_summary_request_is_the_main_request_plus_the_marked_instruction(
+def test_the_summary_request_is_the_main_request_up_to_the_fold_plus_the_instruction(
     use_async: bool,
 ) -> None:
     model = ScriptedChatModel(responder=replying(SUMMARY))
@@ -169,9 +174,14 @@ def test_the_summary_request_is_the_main_request_plus_the_marked_instruction(
     [(request, tools)] = summary_calls(model)
     main_request, main_tools = node.main_call(model)
 
-    assert shape(request[:-1]) == shape(main_request)
+    # A strict prefix of the main request: it ends with the last folded message (the
+    # A-4 lookup's result); the kept tail after it (the refund) is not sent.
+    sent = len(request) - 1
+    assert shape(request[:-1]) == shape(main_request[:sent])
+    assert request[-2].id == "t5"
+    assert [m.id for m in main_request[sent:]] == ["ai-r1", "tr1"]
     assert [m.additional_kwargs for m in request[:-1]] == [
-        m.additional_kwargs for m in main_request
+        m.additional_kwargs for m in main_request[:sent]
     ]
     assert tools == main_tools and bound_tool_names(tools) == {"lookup", "refund_order"}
     instruction = request[-1]
@@ -182,9 +192,10 @@ def test_the_summary_request_is_the_main_request_plus_the_marked_instruction(
         HIDE_FROM_UI_KEY: True,
     }
     text = str(instruction.content)
-    # The boundary: the kept tail starts with the refund call; the pinned request stays.
-    assert "up to the assistant message that calls refund_order" in text
+    # The fold is everything shown; the pinned request above the cut stays verbatim.
+    assert "every message of the conversation above" in text
     assert 'the user message that begins "Please refund order A-4." stays verbatim' in text
+    assert "<current_request>\nthe latest user message above\n</current_request>" in text
     assert "call no tool" in text
     for title in ("SESSION INTENT", "SUMMARY", "ARTIFACTS", "NEXT STEPS"):
         assert title in text
@@ -250,23 +261,39 @@ def test_missing_sections_get_one_repair_then_the_degraded_record() -> None:
     assert update["summary"].get("degraded") is True
 
 
-def test_a_success_shown_in_a_kept_message_is_not_invented() -> None:
-    model = ScriptedChatModel(responder=replying(CLAIMS_REFUND))
-    update = Node(model).run()
-    assert len(summary_calls(model)) == 1
-    assert "refund_order" in update["summary"]["summary"]
-
-
-def test_the_compact_request_still_refuses_that_claim() -> None:
-    # The compact prompt shows only the folded messages: the refund ran in a kept one.
+@pytest.mark.parametrize("request_kind", ["shared_prefix", "compact"])
+def test_a_success_in_the_kept_tail_is_not_shown_so_claiming_it_is_refused(
+    request_kind: str,
+) -> None:
+    # Neither request shows the kept tail: the refund ran after the last folded message.
     model = ScriptedChatModel(responder=replying(CLAIMS_REFUND, SUMMARY))
-    chosen = small(
-        summary_request="compact",
-    )
-    update = Node(model, settings=chosen).run()
+    update = Node(model, settings=small(summary_request=request_kind)).run()
     _, repair = (request for request, _ in summary_calls(model))
     assert "invented_success" in str(repair[-1].content)
     assert update["summary"]["summary"].startswith("The user asked where orders A-1 to A-4")
+
+
+def test_the_cut_keeps_pinned_messages_above_it_as_evidence() -> None:
+    messages = window()
+    by_id = {m.id: m for m in messages}
+    kept = [by_id["h5"], by_id["ai-r1"], by_id["tr1"]]
+    old = [m for m in messages if m not in kept]
+    place = cut(messages, old, kept)
+    assert not isinstance(place, str)
+    assert place.end == messages.index(by_id["t5"]) + 1
+    assert [m.id for m in place.pinned] == ["h5"]
+    assert [m.id for m in shown_kept(messages, old, kept)] == ["h5"]
+    assert cut(messages, [], kept) == "no folded message is in the main request"
+
+
+def test_a_current_request_below_the_cut_is_quoted_in_the_instruction() -> None:
+    model = ScriptedChatModel(responder=replying(SUMMARY))
+    node = Node(model)
+    node.state = {"messages": [*window()[:-2], HumanMessage("Now refund A-3.", id="h6")]}
+    node.run()
+    [(request, _)] = summary_calls(model)
+    assert all(m.id != "h6" for m in request)
+    assert "<current_request>\nNow refund A-3.\n</current_request>" in str(request[-1].content)
 
 
 def test_a_fold_over_the_compact_input_budget_still_goes_as_one_shared_prefix(
@@ -296,7 +323,8 @@ def test_a_background_job_sends_the_shared_prefix_of_its_snapshot() -> None:
     assert launch.state == "completed"
     [(request, tools)] = summary_calls(model)
     main_request, main_tools = node.main_call(model)
-    assert shape(request[:-1]) == shape(main_request) and tools == main_tools
+    assert shape(request[:-1]) == shape(main_request[: len(request) - 1])
+    assert tools == main_tools and request[-2].id == "t5"
     assert request[-1].additional_kwargs[ORIGIN_KEY] == SUMMARY_REQUEST_ORIGIN
     result = JobResults(store, "bg").ready(0)
     assert result is not None and result.request == "shared_prefix"
@@ -338,17 +366,19 @@ def test_an_unknown_summary_request_names_the_setting() -> None:
     assert env.summary_request == "compact"
 
 
-def test_a_background_result_is_checked_again_with_the_kept_messages_it_saw() -> None:
-    model = ScriptedChatModel(responder=replying(CLAIMS_REFUND))
+def test_a_background_result_is_checked_with_what_its_request_showed() -> None:
+    # The job's request is cut before the refund: the claim is refused and repaired, and
+    # the repaired result passes the check again when the trigger applies it.
+    model = ScriptedChatModel(responder=replying(CLAIMS_REFUND, SUMMARY))
     node = Node(model, settings=small(compaction_mode="background"))
     store = node.runtime.store
     assert store is not None
     thread_id = node.config["configurable"]["thread_id"]
     assert node.compact.run_job(node.state, store, thread_id, wait_s=30).state == "completed"
-    assert len(summary_calls(model)) == 1
+    assert len(summary_calls(model)) == 2
     update = node.run()  # at the trigger: the stored result is applied, not written again
-    assert "refund_order" in update["summary"]["summary"]
-    assert len(summary_calls(model)) == 1
+    assert update["summary"]["summary"].startswith("The user asked where orders A-1 to A-4")
+    assert len(summary_calls(model)) == 2
 
 
 def test_a_custom_summary_prompt_is_the_instruction_of_the_shared_prefix() -> None:
@@ -357,8 +387,10 @@ def test_a_custom_summary_prompt_is_the_instruction_of_the_shared_prefix() -> No
     Node(model, prompt=prompt).run()
     [(request, _)] = summary_calls(model)
     text = str(request[-1].content)
-    assert "CUSTOM HANDOFF of the messages above" in text and "Record so far: (none yet)." in text
-    assert "up to the assistant message that calls refund_order" in text
+    assert (
+        "CUSTOM HANDOFF of every message of the conversation above" in text
+        and "Record so far: (none yet)." in text
+    )
     assert "call no tool" in text and "<folded_messages>" not in text
 
 

@@ -39,7 +39,7 @@ from ctxgraph.nodes.compaction.job_state import (
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults
 from ctxgraph.nodes.compaction.partition import repair_tool_pairs
 from ctxgraph.nodes.compaction.planner import CompactionPlanner, Plan
-from ctxgraph.nodes.compaction.shared_prefix import SummaryRequests
+from ctxgraph.nodes.compaction.shared_prefix import SummaryRequests, shown_kept
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.compaction_state import CompactionJob
 from ctxgraph.state.graph_state import AgentState
@@ -345,7 +345,8 @@ class BackgroundCompactor:
         by_id = {str(m.id): m for m in everything}
         old: list[AnyMessage] = [by_id[i] for i in result.folded_ids]
         kept = [m for m in repaired if str(m.id) not in folded]
-        job_plan = plan.refolded(old, kept, shown=result.request == "shared_prefix")
+        shown = shown_kept(everything, old, kept) if result.request == "shared_prefix" else ()
+        job_plan = plan.refolded(old, kept, shown=shown)
         problems = job_plan.check(result.sections)
         if problems:
             return "the summary no longer passes its checks: " + "; ".join(problems)

@@ -7,7 +7,7 @@ sees exactly the messages that compaction is about to fold.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from ctxgraph.nodes.compaction.shared_prefix import SharedPrefix
 
 logger = logging.getLogger("ctxgraph.compaction")
+
+MESSAGE_ROOM = 0.85
+"""After compacting, the request should hold at most this fraction of ``trigger_messages``
+(``Settings.compaction_target`` is the token triggers' fraction)."""
 
 RECORD_SHRINK_STEPS = 4
 """How many times ``finish`` may halve the ledger's bounds to make a compaction fit."""
@@ -139,15 +143,19 @@ class Plan:
         return SummaryJob(self.previous, self.old, request, self.archive.thread_id, self.prefix)
 
     def refolded(
-        self, old: list[AnyMessage], kept: list[AnyMessage], *, shown: bool = False
+        self,
+        old: list[AnyMessage],
+        kept: list[AnyMessage],
+        *,
+        shown: Sequence[AnyMessage] = (),
     ) -> Plan:
         """A copy of the plan that folds ``old`` and keeps ``kept`` (a job's snapshot).
 
-        ``shown``: the job's summary request showed the kept messages (a shared prefix).
+        ``shown``: the kept messages the job's summary request showed (a shared prefix
+        shows those above its last folded message).
         """
         ledger = merged_ledger(self.previous, old, self.settings)
-        seen = tuple(kept) if shown else ()
-        return replace(self, old=old, kept=kept, ledger=ledger, unfit=None, shown=seen)
+        return replace(self, old=old, kept=kept, ledger=ledger, unfit=None, shown=tuple(shown))
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,8 @@ class CompactionPlanner:
         the messages that compaction is about to fold. It is chosen before any summary
         call, by an estimate of each candidate's compacted request (see ``estimate``):
         the first that the size check would accept and that leaves room under every
-        trigger at ``compaction_target`` wins, keeping fewer messages each time, down to
+        token trigger at ``compaction_target`` (and under the message trigger at
+        ``MESSAGE_ROOM``) wins, keeping fewer messages each time, down to
         the last exchange and the pinned messages. With none under the target, the one
         keeping fewest that the size check accepts. When the size check would refuse
         every one, the plan says why (``Plan.unfit``) and no summary is asked for.
@@ -252,9 +261,15 @@ class CompactionPlanner:
                 if not problems:
                     accepted = _Choice((old, kept))
                     # Large kept messages (big tool results) can leave no room for the
-                    # record: then keep fewer, down to the last exchange and the pinned ones.
+                    # next turns: then keep fewer, down to the last exchange and the pinned
+                    # ones. Messages come a few per turn, whatever their size: their
+                    # trigger keeps a fixed room (MESSAGE_ROOM).
                     if not fired_triggers(
-                        after, settings, window, scale=settings.compaction_target
+                        after,
+                        settings,
+                        window,
+                        scale=settings.compaction_target,
+                        messages_scale=MESSAGE_ROOM,
                     ):
                         return accepted
             if keep == 1:

@@ -1,11 +1,14 @@
 """The shared-prefix summary request: the main model's own request, then the summary instruction.
 
-When the summary model is the main model, a summary call that repeats the main request
-byte for byte (same messages, same tool schemas) and only adds the instruction as its
-last message is served from the provider's prompt cache up to that message. The
-instruction is the summary prompt template (``SUMMARY_PROMPT`` or the caller's
-``summary_prompt``) filled with pointers instead of data: the record and the messages to
-fold are already above it. ``Settings.summary_request`` chooses it (see ``SummaryRequests``).
+When the summary model is the main model, a summary call that repeats the start of the
+main request byte for byte (same messages, same tool schemas) and only adds the
+instruction as its last message is served from the provider's prompt cache up to that
+message. The request is cut after the last folded message: the kept tail stays verbatim
+in the window, so the summary needs none of it, and the cut request is still a prefix of
+the one the main model has just read. The instruction is the summary prompt template
+(``SUMMARY_PROMPT`` or the caller's ``summary_prompt``) filled with pointers instead of
+data: the record and the messages to fold are already above it.
+``Settings.summary_request`` chooses it (see ``SummaryRequests``).
 """
 
 from __future__ import annotations
@@ -55,13 +58,13 @@ SHARED_PREAMBLE = (
 """Opens the instruction; the template's text follows it."""
 
 FOLD_POINTER = (
-    "the messages above, from the start of the conversation up to the {boundary}; that "
-    "message and every message after it stay verbatim in the window, so leave them out{pinned}"
+    "every message of the conversation above; the newest messages, which are not shown "
+    "here, stay verbatim in the window{pinned}"
 )
-"""What the template's ``{folded}`` becomes: where the messages to fold end."""
+"""What the template's ``{folded}`` becomes: the conversation shown is the fold."""
 
-PINNED_POINTER = ". Of the messages before it, the {message} stays verbatim too"
-"""Added for each kept message above the boundary (the latest user request, a system one)."""
+PINNED_POINTER = ". Of the messages above, the {message} stays verbatim too, so leave it out"
+"""Added for each kept message above the cut (the latest user request, a system one)."""
 
 RECORD_POINTER = "the handoff record shown above, before the conversation"
 """What ``{previous_summary}`` becomes when the thread has a record."""
@@ -69,7 +72,8 @@ RECORD_POINTER = "the handoff record shown above, before the conversation"
 NO_RECORD = "(none yet)"
 
 REQUEST_POINTER = "the latest user message above"
-"""What ``{current_request}`` becomes: the request is in the window."""
+"""What ``{current_request}`` becomes when that message is above the cut; below it, the
+message's text fills the placeholder, as in the compact request."""
 
 QUOTE_CHARS = 120
 """How much of the boundary message the instruction quotes."""
@@ -103,7 +107,8 @@ class SharedPrefix:
     """A shared-prefix summary request: the main request, its tools, and the instruction."""
 
     messages: tuple[BaseMessage, ...]
-    """The main request for the state being compacted, exactly as the main model gets it."""
+    """The main request for the state being compacted, exactly as the main model gets it,
+    up to the last folded message."""
     tools: tuple[BaseTool, ...]
     """The tools that request binds, in binding order."""
     instruction: HumanMessage
@@ -134,33 +139,38 @@ class SharedPrefix:
 
 
 @dataclass(frozen=True)
-class _Boundary:
-    """Where the messages to fold end in the main request."""
+class _Cut:
+    """Where the shared prefix ends: right after the last folded message of the request."""
 
-    first: BaseMessage
-    """The first message of the kept tail."""
+    end: int
+    """How many leading messages of the main request the summary call repeats."""
     pinned: tuple[BaseMessage, ...]
-    """Kept messages above it (the latest user request, a system message)."""
+    """Kept messages above the cut (the latest user request, a system message)."""
 
 
-def boundary(
+def cut(
     request: Sequence[BaseMessage], old: Sequence[AnyMessage], kept: Sequence[AnyMessage]
-) -> _Boundary | str:
-    """The first kept message after the last folded one in ``request``; a string says why not.
+) -> _Cut | str:
+    """Where ``request`` is cut for a summary of ``old``; a string says why it cannot be.
 
     Messages are matched by id: the parts may hand the request copies of window messages.
     """
-    index = {message.id: i for i, message in enumerate(request) if message.id}
+    index: dict[str | None, int] = {m.id: i for i, m in enumerate(request) if m.id}
     folded = [index[m.id] for m in old if m.id in index]
     if not folded:
         return "no folded message is in the main request"
     last = max(folded)
-    kept_at = sorted(index[m.id] for m in kept if m.id in index)
-    after = [i for i in kept_at if i > last]
-    if not after:
-        return "no kept message follows the folded ones in the main request"
-    pinned = tuple(request[i] for i in kept_at if i < last)
-    return _Boundary(request[after[0]], pinned)
+    pinned = sorted(i for i in (index.get(m.id) for m in kept) if i is not None and i < last)
+    return _Cut(last + 1, tuple(request[i] for i in pinned))
+
+
+def shown_kept(
+    window: Sequence[AnyMessage], old: Sequence[AnyMessage], kept: Sequence[AnyMessage]
+) -> tuple[AnyMessage, ...]:
+    """The kept messages a shared-prefix request showed: those above the last folded one."""
+    place: dict[str | None, int] = {m.id: i for i, m in enumerate(window)}
+    last = max((place.get(m.id, -1) for m in old), default=-1)
+    return tuple(m for m in kept if place.get(m.id, last) < last)
 
 
 class SummaryRequests:
@@ -207,26 +217,28 @@ class SummaryRequests:
     def attach(self, plan: Plan, state: AgentState) -> Plan:
         """``plan`` with its summary request decided for ``state`` (the state it compacts).
 
-        With a shared prefix the plan's check takes the kept messages as evidence too
-        (``Plan.shown``); without one, ``Plan.request_note`` says why, when it was asked for.
+        With a shared prefix the plan's check takes the kept messages above the cut as
+        evidence too (``Plan.shown``); without one, ``Plan.request_note`` says why, when it
+        was asked for.
         """
         if not plan.old or plan.unfit is not None or not self.wanted(plan.settings):
             return plan
         built = self._build(plan, state)
         if isinstance(built, str):
             return replace(plan, request_note=f"{UNFIT}: {built}; the compact request was sent")
-        return replace(plan, prefix=built, shown=tuple(plan.kept))
+        return replace(plan, prefix=built, shown=shown_kept(state["messages"], plan.old, plan.kept))
 
     def _build(self, plan: Plan, state: AgentState) -> SharedPrefix | str:
         builder, settings = self._builder, plan.settings
         if not isinstance(builder, RequestAssembler):
             return "the request builder does not say which tools the main request binds"
         request = builder.build(state, settings)
-        place = boundary(request, plan.old, plan.kept)
+        place = cut(request, plan.old, plan.kept)
         if isinstance(place, str):
             return place
+        messages = self._sent(request, settings)[: place.end]
         instruction = self._instruction(plan, place)
-        tokens = builder.measure(request).tokens + self._counter.count_message(instruction)
+        tokens = self._counter.count_messages([*messages, instruction]) + (request.tool_tokens or 0)
         window = input_window(self._model, settings.context_window)
         if window is not None and tokens > window:
             return (
@@ -235,7 +247,7 @@ class SummaryRequests:
             )
         names = request.tool_names or frozenset()
         return SharedPrefix(
-            messages=tuple(self._sent(request, settings)),
+            messages=tuple(messages),
             tools=tuple(builder.binding.select(names)),
             instruction=instruction,
             instruction_words=self._words,
@@ -248,13 +260,14 @@ class SummaryRequests:
             return with_cache_marker(request, request.stable)
         return list(request)
 
-    def _instruction(self, plan: Plan, place: _Boundary) -> HumanMessage:
+    def _instruction(self, plan: Plan, place: _Cut) -> HumanMessage:
         pinned = "".join(PINNED_POINTER.format(message=describe(m)) for m in place.pinned)
-        folded = FOLD_POINTER.format(boundary=describe(place.first), pinned=pinned)
+        request = plan.job.current_request
+        above = any(m.type == "human" and content_text(m) == request for m in place.pinned)
         values: dict[str, Any] = {
             "previous_summary": RECORD_POINTER if plan.previous else NO_RECORD,
-            "folded": folded,
-            "current_request": REQUEST_POINTER,
+            "folded": FOLD_POINTER.format(pinned=pinned),
+            "current_request": REQUEST_POINTER if above else (request or "(none)"),
             "max_tokens": plan.settings.summary_max_tokens,
         }
         text = f"{SHARED_PREAMBLE}\n\n{self._template.format(**values)}"
