@@ -362,6 +362,7 @@ def test_a_record_larger_than_what_it_folds_passes_only_after_the_message_trigge
         memory_extraction="off",
         memory_mode="off",
         keep_messages=12,
+        compaction_target=0.85,  # room for the 12 kept messages
         summary_max_tokens=1_200,
         trigger_tokens=1_500 if fired == "tokens" else 18_000,
         trigger_messages=18 if fired == "messages" else 60,

@@ -103,11 +103,11 @@ class Settings:
         metadata={"description": "Recent messages kept verbatim when compacting."},
     )
     compaction_target: float = field(
-        default=0.85,
+        default=0.6,
         metadata={
             "description": "After compacting, the request should use at most this fraction of "
-            "each trigger; fewer than keep_messages are kept when needed, so the next turns "
-            "do not compact again at once."
+            "each token trigger; fewer than keep_messages are kept when needed, so the next "
+            "turns (a few large tool results, say) do not compact again at once."
         },
     )
     compaction_mode: Literal["inline", "background"] = field(

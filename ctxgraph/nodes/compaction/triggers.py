@@ -13,13 +13,19 @@ or its messages (``trigger_messages``)."""
 
 
 def fired_triggers(
-    size: RequestSize, settings: Settings, window: int | None, *, scale: float = 1.0
+    size: RequestSize,
+    settings: Settings,
+    window: int | None,
+    *,
+    scale: float = 1.0,
+    messages_scale: float | None = None,
 ) -> list[str]:
     """Names of the triggers that fire for a request of ``size`` (any one is enough).
 
-    ``scale`` lowers every threshold, to ask whether a request leaves room below them.
+    ``scale`` lowers every threshold, to ask whether a request leaves room below them;
+    ``messages_scale``, when given, lowers the message trigger instead.
     """
-    return [name for _, name in _fired(size, settings, window, scale)]
+    return [name for _, name in _fired(size, settings, window, scale, messages_scale)]
 
 
 def pressing_kinds(size: RequestSize, settings: Settings, window: int | None) -> set[TriggerKind]:
@@ -36,14 +42,20 @@ def pressing_kinds(size: RequestSize, settings: Settings, window: int | None) ->
 
 
 def _fired(
-    size: RequestSize, settings: Settings, window: int | None, scale: float
+    size: RequestSize,
+    settings: Settings,
+    window: int | None,
+    scale: float,
+    messages_scale: float | None = None,
 ) -> list[tuple[TriggerKind, str]]:
     """The kind and name of each trigger that fires at ``scale``."""
     fired: list[tuple[TriggerKind, str]] = []
     tokens = int(settings.trigger_tokens * scale)
     if size.tokens >= tokens:
         fired.append(("tokens", f"tokens {size.tokens} >= {tokens}"))
-    messages = int(settings.trigger_messages * scale)
+    messages = int(
+        settings.trigger_messages * (scale if messages_scale is None else messages_scale)
+    )
     if size.messages >= messages:
         fired.append(("messages", f"messages {size.messages} >= {messages}"))
     if settings.trigger_fraction is not None and window is not None:

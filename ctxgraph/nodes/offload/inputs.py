@@ -43,8 +43,9 @@ request may use before it compacts again: the system prompt and the tool schemas
 summary (``summary_max_tokens``, 1,500) with its record (``ledger_max_tokens``, 1,000),
 the memory view (``memory_budget``, 2,000) and the recent messages kept with it. At the
 defaults that is 9,000 tokens for the message and 9,000 for the rest; after compaction
-the request then fits under ``compaction_target`` (0.85) of the trigger. A message over
-the threshold is replaced by a stub of under 1,800 tokens.
+the request then fits under the trigger, though not always under ``compaction_target``
+(0.6) of it, in which case compaction keeps only the last exchange and the pinned
+messages. A message over the threshold is replaced by a stub of under 1,800 tokens.
 """
 
 WINDOW_FIX = (
