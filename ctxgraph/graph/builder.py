@@ -240,31 +240,24 @@ def part_tools(parts: Sequence[Part], setup: PartSetup) -> list[BaseTool]:
     return all_tools
 
 
-class _Parts:
-    """The parts, tools, counter, repositories and request builder of a graph."""
+class PartAssembly:
+    """The tools, counter, prepared parts, request builder and tool wrappers of ``chosen``.
+
+    One mechanism for both hosts: the graph (``create_builder``) and the ``create_agent``
+    middleware (``ctxgraph.middleware``) assemble their parts with it.
+    """
 
     def __init__(
         self,
         models: Models,
         tools: Sequence[BaseTool],
         settings: Settings,
-        resolved: GraphParts,
+        chosen: Sequence[Part],
         extensions: Extensions,
     ) -> None:
         self.extensions = extensions
         self.counter = extensions.counter()
-        """The graph's one token counter: the requests, compaction, memory and offloading."""
-        self.delegation = build_delegation(resolved.specs, models.main, tools, settings)
-        self.repositories: RepositoryFactory = resolved.memory.repositories(settings)
-        """The memory repositories of the view and ``memory_search``, with the ranker."""
-        chosen = [
-            SubagentsPart(resolved.specs, task=self.delegation.tool if self.delegation else None),
-            *([resolved.skills or SkillsPart()] if has_sources(settings) else []),
-            resolved.compaction,
-            resolved.offload,
-            resolved.memory,
-            *resolved.extra,
-        ]
+        """The one token counter: the requests, compaction, memory and offloading."""
         self.tools = part_tools(chosen, PartSetup(models, settings, self.counter, tuple(tools)))
         self.setup = PartSetup(models, settings, self.counter, tuple(self.tools))
         self.parts = [part.prepared(self.setup) for part in chosen]
@@ -273,7 +266,7 @@ class _Parts:
         )
 
     def wrappers(self) -> list[ToolWrapper]:
-        """The tools node's wrappers, the first outermost.
+        """The wrappers around each tool call, the first outermost.
 
         The caller's ``tool_wrappers`` in their order, then the parts' gates (the skill
         policy gate), then the gate answering calls of gated tools not bound for the
@@ -286,6 +279,31 @@ class _Parts:
             UnboundToolGate(setup.settings, self.tools),
             *(wrapper for part in self.parts for wrapper in part.wrappers(setup)),
         ]
+
+
+class _Parts(PartAssembly):
+    """The parts of a graph (built-in and the caller's), its delegation and repositories."""
+
+    def __init__(
+        self,
+        models: Models,
+        tools: Sequence[BaseTool],
+        settings: Settings,
+        resolved: GraphParts,
+        extensions: Extensions,
+    ) -> None:
+        self.delegation = build_delegation(resolved.specs, models.main, tools, settings)
+        self.repositories: RepositoryFactory = resolved.memory.repositories(settings)
+        """The memory repositories of the view and ``memory_search``, with the ranker."""
+        chosen = [
+            SubagentsPart(resolved.specs, task=self.delegation.tool if self.delegation else None),
+            *([resolved.skills or SkillsPart()] if has_sources(settings) else []),
+            resolved.compaction,
+            resolved.offload,
+            resolved.memory,
+            *resolved.extra,
+        ]
+        super().__init__(models, tools, settings, chosen, extensions)
 
 
 def compaction_node(

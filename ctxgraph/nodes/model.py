@@ -42,7 +42,7 @@ class RequestTooLargeError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class _Call:
+class ModelCall:
     """One model call: the model with its tools bound, the request, the extra update."""
 
     bound: Runnable[LanguageModelInput, BaseMessage]
@@ -112,7 +112,7 @@ class ModelNode:
                 self._bound[names] = bound
         return bound
 
-    def _update(self, reply: BaseMessage, call: _Call) -> dict[str, Any]:
+    def reply_update(self, reply: BaseMessage, call: ModelCall) -> dict[str, Any]:
         """The answer as a state update, its unusable tool calls marked invalid.
 
         Tool calls the answer wrote as text become real calls first, when
@@ -148,7 +148,7 @@ class ModelNode:
         extra = {**extra, "model_usage": usage_update(usage)}
         return {"messages": [answer], **extra}
 
-    def _with_text_calls(self, reply: AIMessage, call: _Call) -> AIMessage:
+    def _with_text_calls(self, reply: AIMessage, call: ModelCall) -> AIMessage:
         """``reply`` with the tool calls it wrote as text made real, when that is safe."""
         if call.text_tool_calls == "off" or reply.tool_calls or not call.tool_names:
             return reply
@@ -157,7 +157,7 @@ class ModelNode:
         report_text_tool_calls(found, _thread_id())
         return found.message
 
-    def _calibration(self, answer: AIMessage, call: _Call) -> TokenCalibration | None:
+    def _calibration(self, answer: AIMessage, call: ModelCall) -> TokenCalibration | None:
         """The calibration updated with ``answer``'s reported input tokens, if any."""
         model = self._builder.calibration_model
         reported = reported_input_tokens(answer)
@@ -166,12 +166,13 @@ class ModelNode:
         local = self._builder.local_tokens(call.request)
         return calibrated(call.calibration, model, local, reported)
 
-    def _settings_of(self, runtime: Runtime[Context]) -> Settings:
+    def settings_of(self, runtime: Runtime[Context]) -> Settings:
+        """The graph's settings with the run's ``Context.settings`` over them."""
         return effective_settings(require_context(runtime.context), self._settings)
 
-    def _prepare(
+    def prepare(
         self, state: AgentState, settings: Settings, before: Sequence[BeforeModel]
-    ) -> _Call | dict[str, Any]:
+    ) -> ModelCall | dict[str, Any]:
         """The call to make, or the finished update of a run that needs no model call."""
         extra: dict[str, Any] = {}
         for done in before:
@@ -186,7 +187,7 @@ class ModelNode:
             names = self._builder.bound_names(state, settings)
         bound = self._bound_for(names)
         extra = {**extra, **self._binding.unlock_update(state, settings)}
-        return _Call(
+        return ModelCall(
             bound,
             request,
             extra,
@@ -199,7 +200,7 @@ class ModelNode:
     _markers_logged = False
     """Whether the "no cache markers for this model" debug line was logged (once a node)."""
 
-    def _sent(self, request: list[BaseMessage], settings: Settings) -> list[BaseMessage]:
+    def sent(self, request: list[BaseMessage], settings: Settings) -> list[BaseMessage]:
         """What the model is sent: ``request``, with a cache marker when it is switched on.
 
         The marker goes on a copy (``with_cache_marker``); ``request`` stays as measured.
@@ -217,7 +218,7 @@ class ModelNode:
             )
         return request
 
-    def _before(self, state: AgentState, settings: Settings, store: Any) -> list[BeforeModel]:
+    def before_parts(self, state: AgentState, settings: Settings, store: Any) -> list[BeforeModel]:
         """Every part's ``before_model``, each given the state the previous ones left."""
         done: list[BeforeModel] = []
         for part in self._parts:
@@ -228,10 +229,10 @@ class ModelNode:
             state = result.state if result.state is not None else state
         return done
 
-    async def _abefore(
+    async def abefore_parts(
         self, state: AgentState, settings: Settings, store: Any
     ) -> list[BeforeModel]:
-        """Async :meth:`_before`."""
+        """Async :meth:`before_parts`."""
         done: list[BeforeModel] = []
         for part in self._parts:
             result = await part.abefore_model(state, settings, store)
@@ -243,20 +244,20 @@ class ModelNode:
 
     def invoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Synchronous model call."""
-        settings = self._settings_of(runtime)
-        call = self._prepare(state, settings, self._before(state, settings, runtime.store))
-        if not isinstance(call, _Call):
+        settings = self.settings_of(runtime)
+        call = self.prepare(state, settings, self.before_parts(state, settings, runtime.store))
+        if not isinstance(call, ModelCall):
             return call
-        return self._update(call.bound.invoke(self._sent(call.request, settings)), call)
+        return self.reply_update(call.bound.invoke(self.sent(call.request, settings)), call)
 
     async def ainvoke(self, state: AgentState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Asynchronous model call."""
-        settings = self._settings_of(runtime)
-        before = await self._abefore(state, settings, runtime.store)
-        call = self._prepare(state, settings, before)
-        if not isinstance(call, _Call):
+        settings = self.settings_of(runtime)
+        before = await self.abefore_parts(state, settings, runtime.store)
+        call = self.prepare(state, settings, before)
+        if not isinstance(call, ModelCall):
             return call
-        return self._update(await call.bound.ainvoke(self._sent(call.request, settings)), call)
+        return self.reply_update(await call.bound.ainvoke(self.sent(call.request, settings)), call)
 
 
 def _thread_id() -> str:

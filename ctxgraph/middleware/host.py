@@ -1,0 +1,480 @@
+"""What ctxgraph's middleware of one agent share: the parts, and the nodes built from them.
+
+The middleware host runs the code the explicit graph runs, node for node: the ``compact``
+node's step before a model call (with the ``flush`` of memory first), the ``model``
+node's request assembly and answer handling around the agent's own model call, the
+``tools`` node's wrappers around each tool call, ``load_memory`` when a run starts and
+``extract_memory`` when it ends. Nothing here decides anything a part or a node does not.
+
+The main model is the agent's own (``ModelRequest.model``), learnt at its first call; a
+``Models`` given to the host sets the summary and memory roles (each falls back to the
+main model) and the main model until that first call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.config import get_config
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from ctxgraph.graph.builder import PartAssembly
+from ctxgraph.graph.extensions import Extensions
+from ctxgraph.middleware.identity import ctx_runtime
+from ctxgraph.nodes.compaction.node import CompactNode
+from ctxgraph.nodes.invalid_calls import invalid_calls_node
+from ctxgraph.nodes.memory.load import MemoryLoader
+from ctxgraph.nodes.memory.node import MemoryNodes
+from ctxgraph.nodes.model import ModelCall, ModelNode
+from ctxgraph.nodes.part import Part
+from ctxgraph.nodes.parts import CompactionPart, MemoryPart, OffloadPart, SkillsPart
+from ctxgraph.nodes.request import SYSTEM_PROMPT_ID
+from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult, ToolWrapperChain
+from ctxgraph.state.context import Context, validate_thread_id
+from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.models import Models
+from ctxgraph.state.settings import Settings
+from ctxgraph.state.tokens import MessageCount
+from ctxgraph.state.usage import add_usage
+from ctxgraph.store.ownership import (
+    arecord_owner,
+    athread_owner,
+    check_thread_owner,
+    record_owner,
+    thread_owner,
+)
+
+KIND_ORDER: tuple[type[Part], ...] = (SkillsPart, CompactionPart, OffloadPart, MemoryPart)
+"""The order the graph binds the built-in parts' tools in (``built_in_parts``)."""
+
+ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """The nodes of one agent model and tool list, as ``create_builder`` builds them."""
+
+    assembly: PartAssembly
+    model: ModelNode
+    compact: CompactNode
+    memory: MemoryNodes | None
+    loader: MemoryLoader | None
+    tools: ToolWrapperChain
+
+
+def merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two node updates as one: messages in order, usage added, other keys the later."""
+    out = {**first, **second}
+    if "messages" in first and "messages" in second:
+        out["messages"] = [*first["messages"], *second["messages"]]
+    if "model_usage" in first and "model_usage" in second:
+        out["model_usage"] = add_usage(first["model_usage"], second["model_usage"])
+    return out
+
+
+def applied(state: AgentState, update: dict[str, Any]) -> AgentState:
+    """``state`` after ``update``, its messages through the ``add_messages`` reducer."""
+    out: dict[str, Any] = {**state, **update}
+    if "messages" in update:
+        current: list[Any] = list(state.get("messages") or [])
+        out["messages"] = add_messages(current, update["messages"])
+    return out  # type: ignore[return-value]
+
+
+def _thread_id(config: RunnableConfig) -> str | None:
+    """The run's checked thread id, None without one."""
+    raw = (config.get("configurable") or {}).get("thread_id")
+    return None if raw is None else validate_thread_id(raw, "thread_id")
+
+
+def _config() -> RunnableConfig:
+    """The running step's config (every middleware hook runs as a graph node)."""
+    return get_config()
+
+
+NO_PROMPT = "(the agent has no system prompt)"
+"""Stands in for an agent without a system prompt while the request is assembled
+(``Settings.system_prompt`` cannot be empty); it never reaches the model."""
+
+
+def _split_system(messages: Sequence[BaseMessage]) -> tuple[SystemMessage | None, list[Any]]:
+    """The assembled system prompt (None when empty) and the messages after it."""
+    first = messages[0] if messages else None
+    if not (isinstance(first, SystemMessage) and str(first.id or "").startswith(SYSTEM_PROMPT_ID)):
+        return None, list(messages)
+    rest = list(messages[1:])
+    if not first.text.startswith(NO_PROMPT):
+        return first, rest
+    appended = first.text.removeprefix(NO_PROMPT).lstrip("\n")
+    return (SystemMessage(content=appended, id=first.id) if appended else None), rest
+
+
+class MiddlewareHost:
+    """The parts of one agent's ctxgraph middleware, and the nodes that run them.
+
+    ``ctxgraph_middleware`` gives its list one host; a middleware made on its own makes
+    its own. The first middleware registered leads: it alone assembles the model request
+    and wraps tool calls for every part of the host, so two middleware of one host never
+    do the same work twice.
+    """
+
+    def __init__(
+        self,
+        models: Models | None = None,
+        settings: Settings | None = None,
+        *,
+        token_counter: MessageCount | None = None,
+    ) -> None:
+        """``models`` set the summary and memory roles; ``settings`` are the graph's."""
+        self.models = models
+        self.settings = settings or Settings()
+        self._counter = token_counter
+        self._parts: list[Part] = []
+        self._part_tools: set[str] = set()
+        self.leader: object | None = None
+        self._main: BaseChatModel | None = models.main if models is not None else None
+        self._nodes: dict[tuple[int, tuple[str, ...]], _Nodes] = {}
+        self._user_tools: tuple[BaseTool, ...] = ()
+        self._lock = threading.Lock()
+
+    # -- parts ----------------------------------------------------------------------
+
+    def register(self, owner: object, part: Part, tools: Sequence[BaseTool] = ()) -> None:
+        """Add ``owner``'s part and the tools it gives the agent; the first owner leads.
+
+        Raises:
+            ValueError: The host already has a part of that kind.
+
+        """
+        if any(type(p) is type(part) for p in self._parts):
+            raise ValueError(
+                f"this middleware host already has a {type(part).__name__}: give each "
+                "ctxgraph middleware once per agent"
+            )
+        with self._lock:
+            self._parts.append(part)
+            self._parts.sort(key=_kind_rank)
+            self._part_tools.update(t.name for t in tools)
+            self._nodes.clear()
+            if self.leader is None:
+                self.leader = owner
+
+    def part(self, kind: type[Part]) -> Part | None:
+        """The host's part of ``kind``, if it has one."""
+        return next((p for p in self._parts if isinstance(p, kind)), None)
+
+    def host_settings(self) -> Settings:
+        """The settings, with memory off when no memory middleware is in the list."""
+        if self.part(MemoryPart) is None:
+            return replace(self.settings, memory_mode="off", memory_extraction="off")
+        return self.settings
+
+    # -- nodes ----------------------------------------------------------------------
+
+    def _models(self, main: BaseChatModel) -> Models:
+        given = self.models
+        if given is None:
+            return Models(main=main)
+        return Models(main=main, summary=given.summary, memory=given.memory)
+
+    def nodes(self, main: BaseChatModel | None = None) -> _Nodes | None:
+        """The nodes for ``main`` (else the model last seen); None before any is known."""
+        model = main or self._main
+        if model is None:
+            return None
+        self._main = model
+        key = (id(model), tuple(t.name for t in self._user_tools))
+        with self._lock:
+            built = self._nodes.get(key)
+            if built is None:
+                built = self._build(model)
+                self._nodes[key] = built
+        return built
+
+    def learn_tools(self, tools: Sequence[BaseTool | dict[str, Any]]) -> None:
+        """Note the agent's own tools (a request's tools that are no part's)."""
+        own = self._part_tools
+        users = tuple(t for t in tools if isinstance(t, BaseTool) and t.name not in own)
+        if tuple(t.name for t in users) != tuple(t.name for t in self._user_tools):
+            self._user_tools = users
+
+    def _build(self, main: BaseChatModel) -> _Nodes:
+        settings = self.host_settings()
+        models = self._models(main)
+        compaction = self.part(CompactionPart)
+        memory = self.part(MemoryPart)
+        extensions = Extensions.checked(
+            summary_prompt=getattr(compaction, "summary_prompt", None),
+            extraction_prompt=getattr(memory, "extraction_prompt", None),
+            token_counter=self._counter,
+            ranker=getattr(memory, "ranker", None),
+        )
+        assembly = PartAssembly(models, self._user_tools, settings, self._parts, extensions)
+        requests = assembly.requests
+        compact = CompactNode(
+            models,
+            requests,
+            settings,
+            assembly.counter,
+            summary_prompt=extensions.summary_prompt,
+        )
+        memory_nodes = loader = None
+        if isinstance(memory, MemoryPart):
+            repositories = memory.repositories(settings)
+            if settings.memory_extraction != "off":
+                memory_nodes = MemoryNodes(
+                    models,
+                    compact.planner,
+                    settings,
+                    extraction_prompt=extensions.extraction_prompt,
+                    repositories=repositories,
+                )
+            if settings.memory_mode != "off":
+                loader = MemoryLoader(settings, repositories=repositories, counter=assembly.counter)
+        model = ModelNode(main, assembly.tools, settings, requests, assembly.parts)
+        chain = ToolWrapperChain(tuple(assembly.wrappers()))
+        return _Nodes(assembly, model, compact, memory_nodes, loader, chain)
+
+    # -- before_agent: the owner check and load_memory -----------------------------
+
+    def start(self, runtime: Runtime[Any]) -> None:
+        """When a run starts: check the identity, refuse another user's thread, claim it.
+
+        Raises:
+            ContextError: No usable identity; ``ThreadOwnerError`` for another user's
+                thread.
+
+        """
+        config = _config()
+        rt = ctx_runtime(runtime, config)
+        thread_id = _thread_id(config)
+        if thread_id is not None and rt.store is not None:
+            owner = thread_owner(rt.store, thread_id)
+            check_thread_owner(owner, thread_id, rt.context.user_id)
+            if owner is None:
+                record_owner(rt.store, thread_id, rt.context.user_id)
+
+    async def astart(self, runtime: Runtime[Any]) -> None:
+        """Async :meth:`start`."""
+        config = _config()
+        rt = ctx_runtime(runtime, config)
+        thread_id = _thread_id(config)
+        if thread_id is not None and rt.store is not None:
+            owner = await athread_owner(rt.store, thread_id)
+            check_thread_owner(owner, thread_id, rt.context.user_id)
+            if owner is None:
+                await arecord_owner(rt.store, thread_id, rt.context.user_id)
+
+    def load(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """The ``load_memory`` node's step (the view and selection of the turn)."""
+        nodes = self.nodes()
+        if nodes is None or nodes.loader is None:
+            return None
+        return nodes.loader.load(state, ctx_runtime(runtime, _config())) or None
+
+    async def aload(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Async :meth:`load`."""
+        nodes = self.nodes()
+        if nodes is None or nodes.loader is None:
+            return None
+        return await nodes.loader.aload(state, ctx_runtime(runtime, _config())) or None
+
+    # -- before_model: flush, then compact ------------------------------------------
+
+    def compact(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """The ``compact`` node's step when its router sends the run there (flush first)."""
+        nodes = self.nodes()
+        if nodes is None:
+            return None  # the agent's model is not known yet: the model call compacts
+        config = _config()
+        rt = ctx_runtime(runtime, config)
+        if nodes.compact.route(state, rt) != "compact":
+            return None
+        update: dict[str, Any] = {}
+        if nodes.memory is not None:
+            update = nodes.memory.flush(state, rt, config)
+        return merged(update, nodes.compact.invoke(applied(state, update), rt, config))
+
+    async def acompact(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Async :meth:`compact`."""
+        nodes = self.nodes()
+        if nodes is None:
+            return None
+        config = _config()
+        rt = ctx_runtime(runtime, config)
+        if nodes.compact.route(state, rt) != "compact":
+            return None
+        update: dict[str, Any] = {}
+        if nodes.memory is not None:
+            update = await nodes.memory.aflush(state, rt, config)
+        done = await nodes.compact.ainvoke(applied(state, update), rt, config)
+        return merged(update, done)
+
+    # -- wrap_model_call: the model node around the agent's call -------------------
+
+    def _call(
+        self, request: ModelRequest[Any]
+    ) -> tuple[_Nodes, Runtime[Context], Settings, AgentState]:
+        self.learn_tools(request.tools)
+        nodes = self.nodes(request.model)
+        assert nodes is not None  # a model was given
+        rt = ctx_runtime(request.runtime, _config())
+        settings = replace(
+            nodes.model.settings_of(rt), system_prompt=request.system_prompt or NO_PROMPT
+        )
+        return nodes, rt, settings, request.state  # type: ignore[return-value]
+
+    def _request(
+        self, request: ModelRequest[Any], nodes: _Nodes, call: ModelCall, settings: Settings
+    ) -> ModelRequest[Any]:
+        system, messages = _split_system(nodes.model.sent(call.request, settings))
+        chosen = call.tool_names
+        tools = [t for t in request.tools if not isinstance(t, BaseTool) or t.name in chosen]
+        return request.override(system_message=system, messages=messages, tools=tools)
+
+    def model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResult:
+        """Build the request as the ``model`` node does, call ``handler``, make its update."""
+        nodes, rt, settings, state = self._call(request)
+        first: dict[str, Any] = {}
+        if nodes.compact.route(state, rt) == "compact":
+            # The model was unknown at before_model (the first call of this process).
+            config = _config()
+            if nodes.memory is not None:
+                first = nodes.memory.flush(state, rt, config)
+            first = merged(first, nodes.compact.invoke(applied(state, first), rt, config))
+            state = applied(state, first)
+        before = nodes.model.before_parts(state, settings, rt.store)
+        call = nodes.model.prepare(state, settings, before)
+        if not isinstance(call, ModelCall):
+            return _answered(merged(first, call), None)
+        response = handler(self._request(request, nodes, call, settings))
+        return _answered(merged(first, nodes.model.reply_update(_reply(response), call)), response)
+
+    async def amodel_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResult:
+        """Async :meth:`model_call`."""
+        nodes, rt, settings, state = self._call(request)
+        first: dict[str, Any] = {}
+        if nodes.compact.route(state, rt) == "compact":
+            config = _config()
+            if nodes.memory is not None:
+                first = await nodes.memory.aflush(state, rt, config)
+            done = await nodes.compact.ainvoke(applied(state, first), rt, config)
+            first = merged(first, done)
+            state = applied(state, first)
+        before = await nodes.model.abefore_parts(state, settings, rt.store)
+        call = nodes.model.prepare(state, settings, before)
+        if not isinstance(call, ModelCall):
+            return _answered(merged(first, call), None)
+        response = await handler(self._request(request, nodes, call, settings))
+        return _answered(merged(first, nodes.model.reply_update(_reply(response), call)), response)
+
+    # -- after_model: answer invalid calls -----------------------------------------
+
+    def invalid_calls(self, state: AgentState) -> dict[str, Any] | None:
+        """Error results for the answer's unreadable calls; the model reads them next.
+
+        As the graph's ``invalid_calls`` node: with readable calls too, those run first
+        and the model sees every result.
+        """
+        messages = state.get("messages") or []
+        last = messages[-1] if messages else None
+        if not isinstance(last, AIMessage) or not last.invalid_tool_calls:
+            return None
+        update: dict[str, Any] = dict(invalid_calls_node(state))
+        if not last.tool_calls:
+            update["jump_to"] = "model"
+        return update
+
+    # -- wrap_tool_call: the tools node's wrappers ------------------------------------
+
+    def tool_call(self, request: ToolCallRequest, handler: Execute) -> ToolResult:
+        """Run a tool call through the wrappers the graph's ``tools`` node has."""
+        nodes = self.nodes()
+        if nodes is None:
+            return handler(request)
+        return nodes.tools.wrap_tool_call(request, handler)
+
+    async def atool_call(self, request: ToolCallRequest, handler: AsyncExecute) -> ToolResult:
+        """Async :meth:`tool_call`."""
+        nodes = self.nodes()
+        if nodes is None:
+            return await handler(request)
+        return await nodes.tools.awrap_tool_call(request, handler)
+
+    # -- after_agent: extract_memory ---------------------------------------------------
+
+    def finish(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """When a run ends: the ``extract_memory`` node's step."""
+        nodes = self.nodes()
+        if nodes is None or nodes.memory is None:
+            return None
+        config = _config()
+        return nodes.memory.extract_turn(state, ctx_runtime(runtime, config), config) or None
+
+    async def afinish(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Async :meth:`finish`."""
+        nodes = self.nodes()
+        if nodes is None or nodes.memory is None:
+            return None
+        config = _config()
+        rt = ctx_runtime(runtime, config)
+        return await nodes.memory.aextract_turn(state, rt, config) or None
+
+
+def _kind_rank(part: Part) -> int:
+    for rank, kind in enumerate(KIND_ORDER):
+        if isinstance(part, kind):
+            return rank
+    return len(KIND_ORDER)
+
+
+def _reply(response: ModelResponse[Any] | AIMessage) -> AIMessage:
+    """The model's answer in a handler's response."""
+    if isinstance(response, AIMessage):
+        return response
+    answers = [m for m in response.result if isinstance(m, AIMessage)]
+    if not answers:
+        raise TypeError("the agent's model call returned no AIMessage")
+    return answers[-1]
+
+
+def _answered(
+    update: dict[str, Any], response: ModelResponse[Any] | AIMessage | None
+) -> ModelResult:
+    """The model node's update as a model response plus a state command.
+
+    The answer is the response; messages the step adds before it (a compaction's) and
+    every other key go in the command, applied after the answer with the state's
+    reducers, so the answer is repeated at the end of the command's messages.
+    """
+    messages: list[AnyMessage] = list(update.pop("messages", []))
+    answer = messages[-1] if messages and isinstance(messages[-1], AIMessage) else None
+    structured = getattr(response, "structured_response", None)
+    result = ModelResponse(
+        result=[answer] if answer is not None else [], structured_response=structured
+    )
+    earlier = messages[:-1] if answer is not None else messages
+    if earlier:
+        update["messages"] = [*earlier, *([answer] if answer is not None else [])]
+    if not update:
+        return result
+    return ExtendedModelResponse(model_response=result, command=Command(update=update))
