@@ -69,7 +69,6 @@ class _Nodes:
     model: ModelNode
     compact: CompactNode
     memory: MemoryNodes | None
-    loader: MemoryLoader | None
     tools: ToolWrapperChain
 
 
@@ -146,6 +145,7 @@ class MiddlewareHost:
         self._main: BaseChatModel | None = models.main if models is not None else None
         self._nodes: dict[tuple[int, tuple[str, ...]], _Nodes] = {}
         self._user_tools: tuple[BaseTool, ...] = ()
+        self._loader: MemoryLoader | None = None
         self._lock = threading.Lock()
 
     # -- parts ----------------------------------------------------------------------
@@ -167,6 +167,7 @@ class MiddlewareHost:
             self._parts.sort(key=_kind_rank)
             self._part_tools.update(t.name for t in tools)
             self._nodes.clear()
+            self._loader = None
             if self.leader is None:
                 self.leader = owner
 
@@ -229,22 +230,31 @@ class MiddlewareHost:
             assembly.counter,
             summary_prompt=extensions.summary_prompt,
         )
-        memory_nodes = loader = None
-        if isinstance(memory, MemoryPart):
-            repositories = memory.repositories(settings)
-            if settings.memory_extraction != "off":
-                memory_nodes = MemoryNodes(
-                    models,
-                    compact.planner,
-                    settings,
-                    extraction_prompt=extensions.extraction_prompt,
-                    repositories=repositories,
-                )
-            if settings.memory_mode != "off":
-                loader = MemoryLoader(settings, repositories=repositories, counter=assembly.counter)
+        memory_nodes = None
+        if isinstance(memory, MemoryPart) and settings.memory_extraction != "off":
+            memory_nodes = MemoryNodes(
+                models,
+                compact.planner,
+                settings,
+                extraction_prompt=extensions.extraction_prompt,
+                repositories=memory.repositories(settings),
+            )
         model = ModelNode(main, assembly.tools, settings, requests, assembly.parts)
         chain = ToolWrapperChain(tuple(assembly.wrappers()))
-        return _Nodes(assembly, model, compact, memory_nodes, loader, chain)
+        return _Nodes(assembly, model, compact, memory_nodes, chain)
+
+    def loader(self) -> MemoryLoader | None:
+        """The ``load_memory`` node's loader (it needs no model), None with memory off."""
+        settings = self.host_settings()
+        memory = self.part(MemoryPart)
+        if not isinstance(memory, MemoryPart) or settings.memory_mode == "off":
+            return None
+        with self._lock:
+            if self._loader is None:
+                counter = Extensions.checked(token_counter=self._counter).counter()
+                repositories = memory.repositories(settings)
+                self._loader = MemoryLoader(settings, repositories=repositories, counter=counter)
+        return self._loader
 
     # -- before_agent: the owner check and load_memory -----------------------------
 
@@ -278,17 +288,17 @@ class MiddlewareHost:
 
     def load(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The ``load_memory`` node's step (the view and selection of the turn)."""
-        nodes = self.nodes()
-        if nodes is None or nodes.loader is None:
+        loader = self.loader()
+        if loader is None:
             return None
-        return nodes.loader.load(state, ctx_runtime(runtime, _config())) or None
+        return loader.load(state, ctx_runtime(runtime, _config())) or None
 
     async def aload(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`load`."""
-        nodes = self.nodes()
-        if nodes is None or nodes.loader is None:
+        loader = self.loader()
+        if loader is None:
             return None
-        return await nodes.loader.aload(state, ctx_runtime(runtime, _config())) or None
+        return await loader.aload(state, ctx_runtime(runtime, _config())) or None
 
     # -- before_model: flush, then compact ------------------------------------------
 
