@@ -63,9 +63,11 @@ class CtxgraphMiddleware(AgentMiddleware[Any, Any, Any]):
         super().__init__()
         self.host = host if host is not None else MiddlewareHost()
         self.part = part
+        self.host.register(self, part)
+        # After registering: the host's settings turn memory on once it has a memory part.
         setup = PartSetup(None, self.host.host_settings(), TokenCounter())
         self.tools: list[BaseTool] = list(part.tools(setup))
-        self.host.register(self, part, self.tools)
+        self.host.add_tools(self.tools)
 
     @property
     def name(self) -> str:

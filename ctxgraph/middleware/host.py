@@ -150,8 +150,8 @@ class MiddlewareHost:
 
     # -- parts ----------------------------------------------------------------------
 
-    def register(self, owner: object, part: Part, tools: Sequence[BaseTool] = ()) -> None:
-        """Add ``owner``'s part and the tools it gives the agent; the first owner leads.
+    def register(self, owner: object, part: Part) -> None:
+        """Add ``owner``'s part; the first owner leads.
 
         Raises:
             ValueError: The host already has a part of that kind.
@@ -165,11 +165,15 @@ class MiddlewareHost:
         with self._lock:
             self._parts.append(part)
             self._parts.sort(key=_kind_rank)
-            self._part_tools.update(t.name for t in tools)
             self._nodes.clear()
             self._loader = None
             if self.leader is None:
                 self.leader = owner
+
+    def add_tools(self, tools: Sequence[BaseTool]) -> None:
+        """Note the tools a part gives the agent (they are not the agent's own tools)."""
+        with self._lock:
+            self._part_tools.update(t.name for t in tools)
 
     def part(self, kind: type[Part]) -> Part | None:
         """The host's part of ``kind``, if it has one."""
