@@ -1,8 +1,9 @@
 """Cost benchmark: input tokens as a provider bills them, for ctxgraph and its peers.
 
-Five systems run the same scripted order-lookup sessions (``bench.cost_session``) with the
+Six systems run the same scripted order-lookup sessions (``bench.cost_session``) with the
 same triggers (18,000 tokens or 60 messages, keep 8): ctxgraph with memory on, ctxgraph
-with memory extraction off, ``create_agent`` + ``SummarizationMiddleware``, the same plus
+with memory extraction off, ``create_agent`` with ctxgraph's middleware (memory on, the
+same settings and models), ``create_agent`` + ``SummarizationMiddleware``, the same plus
 LangMem's memory manager after each turn, and Deep Agents (``bench.cost_systems``). Every
 model call goes through a recording scripted model (one per model a system uses:
 ctxgraph's main model also writes its summaries, as in the default setup, and the peers'
