@@ -1,8 +1,9 @@
 """Cost benchmark: input tokens as a provider bills them, for ctxgraph and its peers.
 
-Five systems run the same scripted order-lookup sessions (``bench.cost_session``) with the
+Six systems run the same scripted order-lookup sessions (``bench.cost_session``) with the
 same triggers (18,000 tokens or 60 messages, keep 8): ctxgraph with memory on, ctxgraph
-with memory extraction off, ``create_agent`` + ``SummarizationMiddleware``, the same plus
+with memory extraction off, ``create_agent`` with ctxgraph's middleware (memory on, the
+same settings and models), ``create_agent`` + ``SummarizationMiddleware``, the same plus
 LangMem's memory manager after each turn, and Deep Agents (``bench.cost_systems``). Every
 model call goes through a recording scripted model (one per model a system uses:
 ctxgraph's main model also writes its summaries, as in the default setup, and the peers'
@@ -27,8 +28,9 @@ cached tokens over all their tokens. Effective tokens at a cached price ``p`` ar
 
 Next to the figures: the summary record of ctxgraph's (and the peers') first main
 request of turn 150 by block, and the totals of the fidelity benchmark's quick mode for
-ctxgraph and the plain peer (``--no-fidelity`` skips it, ``--fidelity-json PATH`` reads
-them from ``python -m bench.fidelity_bench --quick --json PATH``).
+ctxgraph (its graph and its middleware) and the plain peer (``--no-fidelity`` skips it,
+``--fidelity-json PATH`` reads them from ``python -m bench.fidelity_bench --quick --json
+PATH``).
 
 Run ``python -m bench.cost_bench`` (300 turns), ``--full`` (1,000 turns), ``--systems``,
 ``--sessions``, ``--facts``, ``--json PATH``.
@@ -719,8 +721,8 @@ Fidelity = dict[str, dict[str, int]]
 
 
 def run_fidelity(seed: int) -> tuple[Fidelity, float]:
-    """The fidelity benchmark's quick mode, ctxgraph and the plain peer with the shared
-    prose; returns the totals by column and the seconds it took."""
+    """The fidelity benchmark's quick mode, ctxgraph (graph and middleware) and the plain
+    peer with the shared prose; returns the totals by column and the seconds it took."""
     from bench.fidelity_bench import QUICK, shared_prose_scores, totals
 
     began = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The five systems the cost benchmark compares, each built on recording scripted models.
+"""The six systems the cost benchmark compares, each built on recording scripted models.
 
 Every system gets one ``ScriptedChatModel`` per model it uses, which records the exact
 messages and tool schemas of every call (``bind_tools`` and ``with_structured_output``
@@ -7,7 +7,9 @@ systems (``bench.session.make_main_responder``). Every summary is the same prose
 (``bench.cost_summary``): ctxgraph runs with the default model setup, its main model
 writing the summaries (``Models(main=main, memory=memory)``), while the peers'
 summarization middleware gets a summary model of its own, as it needs. The memory
-models return what each system expects.
+models return what each system expects. ``ctxgraph-middleware`` is ``ctxgraph-memory``
+built as ``create_agent(..., middleware=ctxgraph_middleware(...))``: the same settings,
+models, Store and system prompt, so the same nodes send the same requests.
 
 A peer whose package is missing raises ``NotInstalled`` with the command that installs it.
 """
@@ -33,6 +35,7 @@ from ctxgraph.state.tokens import TokenCounter
 
 CTX_MEMORY = "ctxgraph-memory"
 CTX_NO_EXTRACTION = "ctxgraph-no-extraction"
+CTX_MIDDLEWARE = "ctxgraph-middleware"
 PEER = "peer"
 PEER_LANGMEM = "peer-langmem"
 DEEPAGENTS = "deepagents"
@@ -40,6 +43,7 @@ DEEPAGENTS = "deepagents"
 SYSTEMS: dict[str, str] = {
     CTX_MEMORY: "ctxgraph, memory on",
     CTX_NO_EXTRACTION: "ctxgraph, memory extraction off",
+    CTX_MIDDLEWARE: "create_agent + ctxgraph middleware, memory on",
     PEER: "create_agent + SummarizationMiddleware",
     PEER_LANGMEM: "create_agent + SummarizationMiddleware + LangMem manager",
     DEEPAGENTS: "Deep Agents (create_deep_agent)",
@@ -120,21 +124,8 @@ def require(package: str, command: str) -> None:
         raise NotInstalledError(package, command)
 
 
-def build_ctxgraph(
-    session: Session,
-    tools: Sequence[BaseTool],
-    facts: Sequence[str],
-    triggers: Triggers,
-    *,
-    extraction: bool,
-) -> System:
-    """ctxgraph with memory on (extraction inline) or with memory extraction off.
-
-    The default model setup: no summary model of its own, so the main model (which
-    answers summary calls with the shared prose) writes the summaries.
-    """
-    main, main_timer = recording_model(summary_aware(make_main_responder(session)), "main")
-    memory, memory_timer = recording_model(empty_memory_update, "memory")
+def ctxgraph_settings(triggers: Triggers, *, extraction: bool) -> Settings:
+    """ctxgraph's settings on the shared triggers, memory extraction inline or off."""
     values: dict[str, Any] = {
         "trigger_tokens": triggers.tokens,
         "trigger_messages": triggers.messages,
@@ -143,11 +134,37 @@ def build_ctxgraph(
     # Inline, so each turn's extraction is billed in the turn that caused it (the
     # background default would run it after the turn, possibly after the session ended).
     values["memory_extraction"] = "inline" if extraction else "off"
-    settings = Settings(**values)
+    return Settings(**values)
+
+
+def _ctxgraph_parts(
+    session: Session, facts: Sequence[str]
+) -> tuple[ScriptedChatModel, ScriptedChatModel, list[TimedResponder], InMemoryStore]:
+    """The main and memory models of a ctxgraph system, their timers, the facts' Store.
+
+    The default model setup: no summary model of its own, so the main model (which
+    answers summary calls with the shared prose) writes the summaries.
+    """
+    main, main_timer = recording_model(summary_aware(make_main_responder(session)), "main")
+    memory, memory_timer = recording_model(empty_memory_update, "memory")
     store = InMemoryStore()
-    context = Context(user_id=USER_ID)
     if facts:
-        MemoryRepository(store).add_facts(context, list(facts))
+        MemoryRepository(store).add_facts(Context(user_id=USER_ID), list(facts))
+    return main, memory, [main_timer, memory_timer], store
+
+
+def build_ctxgraph(
+    session: Session,
+    tools: Sequence[BaseTool],
+    facts: Sequence[str],
+    triggers: Triggers,
+    *,
+    extraction: bool,
+) -> System:
+    """ctxgraph with memory on (extraction inline) or with memory extraction off."""
+    main, memory, timers, store = _ctxgraph_parts(session, facts)
+    settings = ctxgraph_settings(triggers, extraction=extraction)
+    context = Context(user_id=USER_ID)
     graph = build_graph(
         checkpointer=InMemorySaver(),
         store=store,
@@ -162,12 +179,41 @@ def build_ctxgraph(
         graph.invoke(turn, config, context=context)
 
     name = CTX_MEMORY if extraction else CTX_NO_EXTRACTION
+    return System(name, send, {"main": main, "memory": memory}, timers, settings.system_prompt)
+
+
+def build_middleware(
+    session: Session, tools: Sequence[BaseTool], facts: Sequence[str], triggers: Triggers
+) -> System:
+    """``create_agent`` with ``ctxgraph_middleware``: ctxgraph, memory on, as middleware.
+
+    The settings, models and Store of ``ctxgraph-memory`` (extraction inline); the agent's
+    system prompt is ctxgraph's own, so the requests are those of ctxgraph's graph.
+    """
+    from langchain.agents import create_agent
+
+    from ctxgraph.middleware import ctxgraph_middleware
+
+    main, memory, timers, store = _ctxgraph_parts(session, facts)
+    settings = ctxgraph_settings(triggers, extraction=True)
+    agent = create_agent(
+        model=main,
+        tools=list(tools),
+        system_prompt=settings.system_prompt,
+        middleware=ctxgraph_middleware(models=Models(main=main, memory=memory), settings=settings),
+        checkpointer=InMemorySaver(),
+        store=store,
+        context_schema=Context,
+    )
+    context = Context(user_id=USER_ID)
+    config: Any = {"configurable": {"thread_id": "cost-bench"}}
+
+    def send(text: str) -> None:
+        turn: Any = {"messages": [("user", text)]}
+        agent.invoke(turn, config, context=context)
+
     return System(
-        name,
-        send,
-        {"main": main, "memory": memory},
-        [main_timer, memory_timer],
-        settings.system_prompt,
+        CTX_MIDDLEWARE, send, {"main": main, "memory": memory}, timers, settings.system_prompt
     )
 
 
@@ -298,6 +344,8 @@ def build_system(
     """Build the system called ``name`` (one of ``SYSTEMS``)."""
     if name in (CTX_MEMORY, CTX_NO_EXTRACTION):
         return build_ctxgraph(session, tools, facts, triggers, extraction=name == CTX_MEMORY)
+    if name == CTX_MIDDLEWARE:
+        return build_middleware(session, tools, facts, triggers)
     if name in (PEER, PEER_LANGMEM):
         return build_peer(session, tools, facts, triggers, langmem=name == PEER_LANGMEM)
     if name == DEEPAGENTS:

@@ -12,7 +12,9 @@ The probes, by category:
 - ledger: a side effect with an idempotency key, and a call that failed.
 
 ctxgraph runs offline with the scripted demo models (``demo_models()``; the main model
-also calls the two ledger tools when a probe turn asks for them) and low triggers. After
+also calls the two ledger tools when a probe turn asks for them) and low triggers, once as
+its own graph (``build_graph``) and once as ``create_agent`` with ``ctxgraph_middleware``
+(the same models, tools, settings and system prompt), which must score alike. After
 every compaction, and on through the "decay rounds" after the fifth, each probe is scored:
 ``request`` (every needle occurs in the request the main model receives), ``archive``
 (each needle is found by ``ThreadArchive.search_messages``, as ``read_history`` would) or
@@ -23,9 +25,10 @@ With ``CTXGRAPH_MODEL`` set, ctxgraph also runs with that environment's summary 
 side by side with LangChain's ``create_agent`` + ``SummarizationMiddleware`` given the
 same summary model (LangChain is a dev extra); offline that column is skipped with a note.
 
-``--shared-prose`` adds two columns offline: ctxgraph and that peer given the same
-scripted summary model, the cost benchmark's shared prose (``bench.cost_summary``), so
-they differ only in what ctxgraph adds (the ledger and the archive). ``--json PATH``
+``--shared-prose`` adds three columns offline: ctxgraph (its graph and its middleware) and
+that peer given the same scripted summary model, the cost benchmark's shared prose
+(``bench.cost_summary``), so they differ only in what ctxgraph adds (the ledger and the
+archive). ``--json PATH``
 writes each column's totals (the cost benchmark reads them with ``--fidelity-json``).
 
 Run ``python -m bench.fidelity_bench [--compactions 8] [--seed 7] [--quick]
@@ -261,25 +264,53 @@ def turns(config: BenchConfig) -> tuple[list[str], str]:
 
 
 def run_ctxgraph(
-    texts: Sequence[str], config: BenchConfig, summary: BaseChatModel | None, label: str
+    texts: Sequence[str],
+    config: BenchConfig,
+    summary: BaseChatModel | None,
+    label: str,
+    *,
+    middleware: bool = False,
 ) -> Score:
-    """ctxgraph on an in-memory saver and store, scored after each compaction."""
+    """ctxgraph on an in-memory saver and store, scored after each compaction.
+
+    With ``middleware``, the same models, tools and settings run as ``create_agent`` with
+    ``ctxgraph_middleware`` (ctxgraph's system prompt as the agent's) instead of
+    ``build_graph``.
+    """
     models = demo_models()
     main = ScriptedChatModel(tool_responder=main_reply, model_name="bench-main")
     store = InMemoryStore()
-    graph = build_graph(
-        models=Models(main=main, summary=summary or models.summary, memory=models.memory),
-        tools=probe_tools(),
-        settings=Settings(
-            trigger_messages=config.trigger_messages,
-            keep_messages=config.keep_messages,
-            trigger_tokens=100_000,
-            memory_extraction="off",
-            memory_mode="off",
-        ),
-        checkpointer=InMemorySaver(),
-        store=store,
+    chosen = Models(main=main, summary=summary or models.summary, memory=models.memory)
+    settings = Settings(
+        trigger_messages=config.trigger_messages,
+        keep_messages=config.keep_messages,
+        trigger_tokens=100_000,
+        memory_extraction="off",
+        memory_mode="off",
     )
+    graph: Any
+    if middleware:
+        from langchain.agents import create_agent
+
+        from ctxgraph.middleware import ctxgraph_middleware
+
+        graph = create_agent(
+            model=main,
+            tools=probe_tools(),
+            system_prompt=settings.system_prompt,
+            middleware=ctxgraph_middleware(models=chosen, settings=settings),
+            checkpointer=InMemorySaver(),
+            store=store,
+            context_schema=Context,
+        )
+    else:
+        graph = build_graph(
+            models=chosen,
+            tools=probe_tools(),
+            settings=settings,
+            checkpointer=InMemorySaver(),
+            store=store,
+        )
     thread = f"fidelity-{uuid.uuid4().hex[:8]}"
     run_config: Any = {"configurable": {"thread_id": thread}}
     archive = ThreadArchive(store, thread)
@@ -351,20 +382,38 @@ def run_peer(texts: Sequence[str], config: BenchConfig, summary: BaseChatModel) 
     return score
 
 
+SCRIPTED = "ctxgraph (scripted)"
+SCRIPTED_MIDDLEWARE = "create_agent + ctxgraph middleware (scripted)"
 SHARED_CTXGRAPH = "ctxgraph (shared prose)"
+SHARED_MIDDLEWARE = "create_agent + ctxgraph middleware (shared prose)"
 SHARED_PEER = "create_agent + SummarizationMiddleware (shared prose)"
 
 
+def scripted_scores(config: BenchConfig) -> list[Score]:
+    """ctxgraph's graph and ``create_agent`` with ctxgraph's middleware, the demo models."""
+    texts, _ = turns(config)
+    return [
+        run_ctxgraph(texts, config, None, SCRIPTED),
+        run_ctxgraph(texts, config, None, SCRIPTED_MIDDLEWARE, middleware=True),
+    ]
+
+
 def shared_prose_scores(config: BenchConfig) -> list[Score]:
-    """ctxgraph and the peer, each given the cost benchmark's shared-prose summary model."""
+    """ctxgraph (its graph and its middleware) and the peer, each given the cost
+    benchmark's shared-prose summary model."""
     from bench.cost_summary import summary_responder
 
+    def prose() -> ScriptedChatModel:
+        return ScriptedChatModel(responder=summary_responder, model_name="bench-summary")
+
     texts, _ = turns(config)
-    ours = ScriptedChatModel(responder=summary_responder, model_name="bench-summary")
-    theirs = ScriptedChatModel(responder=summary_responder, model_name="bench-summary")
-    peer = run_peer(texts, config, theirs)
+    peer = run_peer(texts, config, prose())
     peer.system = SHARED_PEER
-    return [run_ctxgraph(texts, config, ours, SHARED_CTXGRAPH), peer]
+    return [
+        run_ctxgraph(texts, config, prose(), SHARED_CTXGRAPH),
+        run_ctxgraph(texts, config, prose(), SHARED_MIDDLEWARE, middleware=True),
+        peer,
+    ]
 
 
 def totals(score: Score) -> dict[str, int]:
@@ -452,8 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = replace(QUICK, seed=args.seed)
     logging.getLogger("ctxgraph").setLevel(logging.ERROR)
     texts, source = turns(config)
-    scores: list[Score | None] = [run_ctxgraph(texts, config, None, "ctxgraph (scripted)")]
-    names = ["ctxgraph (scripted)"]
+    scores: list[Score | None] = list(scripted_scores(config))
+    names = [SCRIPTED, SCRIPTED_MIDDLEWARE]
     note = ""
     if os.environ.get("CTXGRAPH_MODEL"):
         summary = Models.from_env(os.environ).summary_model

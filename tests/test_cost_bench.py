@@ -15,15 +15,17 @@ from bench.cost_bench import (
     Stream,
     breakdown,
     message_part,
+    parse_args,
     prefix_target,
     report,
     request_total,
     run_scenario,
+    schema_text,
     shared_prefix,
     to_json,
 )
 from bench.cost_record import RECORD_BLOCKS, record_blocks
-from bench.cost_session import SESSION_KINDS, order_session
+from bench.cost_session import SESSION_KINDS, order_session, order_tools, user_facts
 from bench.cost_summary import (
     SUMMARY_REQUEST_ORIGIN,
     folded_text,
@@ -33,6 +35,7 @@ from bench.cost_summary import (
 )
 from bench.cost_systems import (
     CTX_MEMORY,
+    CTX_MIDDLEWARE,
     CTX_NO_EXTRACTION,
     DEEPAGENTS,
     PEER,
@@ -47,7 +50,7 @@ from ctxgraph.state.tokens import count_text, message_text
 
 TURNS = 40
 SMALL = cost_systems.Triggers(tokens=4000, messages=20, keep=8)
-MEASURED = (CTX_MEMORY, CTX_NO_EXTRACTION, PEER)
+MEASURED = (CTX_MEMORY, CTX_NO_EXTRACTION, CTX_MIDDLEWARE, PEER)
 
 
 def test_counts_a_request_like_a_bill() -> None:
@@ -148,6 +151,51 @@ def test_ctxgraph_and_plain_peer_report_real_figures(scenario: cost_bench.Scenar
         assert result.per_turn("summary") > 0
 
 
+def test_the_middleware_sends_what_ctxgraphs_graph_sends(scenario: cost_bench.Scenario) -> None:
+    # create_agent + ctxgraph_middleware runs the graph's nodes with the same settings,
+    # models and system prompt: the main and summary requests are the graph's, byte for
+    # byte, so their billed and cached tokens are equal.
+    graph, middleware = scenario.outcomes[CTX_MEMORY], scenario.outcomes[CTX_MIDDLEWARE]
+    assert isinstance(graph, cost_bench.SystemResult)
+    assert isinstance(middleware, cost_bench.SystemResult)
+    for role in ("main", "summary"):
+        ours, theirs = graph.streams[role], middleware.streams[role]
+        assert (theirs.calls, theirs.tokens, theirs.cached) == (
+            ours.calls,
+            ours.tokens,
+            ours.cached,
+        )
+        assert theirs.sizes == ours.sizes, role
+    assert middleware.breakdown == graph.breakdown
+    assert middleware.record == graph.record and middleware.summary_text == graph.summary_text
+    # The extraction prompts quote each message's id, which is random in both systems.
+    memory = middleware.streams["memory"]
+    assert memory.calls == graph.streams["memory"].calls >= 1
+    assert memory.tokens == pytest.approx(graph.streams["memory"].tokens, rel=0.01)
+
+
+def test_the_middleware_requests_are_the_graphs_byte_for_byte() -> None:
+    session = order_session(16, SESSION_KINDS["orders"])
+    sent: dict[str, list[tuple[list[str], str]]] = {}
+    for name in (CTX_MEMORY, CTX_MIDDLEWARE):
+        system = cost_systems.build_system(
+            name, session, order_tools(session), user_facts(5), SMALL
+        )
+        for turn in session.turns:
+            system.send(turn.text)
+        main = system.models["main"]
+        sent[name] = [
+            ([message_text(m) for m in messages], schema_text(tools))
+            for messages, tools in zip(main.requests, main.tool_requests, strict=True)
+        ]
+    graph, middleware = sent[CTX_MEMORY], sent[CTX_MIDDLEWARE]
+    assert len(graph) > 2 * len(session.turns)  # the main model wrote summaries too
+    # The tools in the graph's order (lookup_order, then read_history once there is an
+    # archive), not create_agent's, which puts the middleware's first.
+    assert any("read_history" in tools for _, tools in graph)
+    assert middleware == graph
+
+
 def test_the_report_and_json_carry_every_row(scenario: cost_bench.Scenario) -> None:
     config = BenchConfig(turns=TURNS, systems=MEASURED, sessions=("orders",), triggers=SMALL)
     text = report([scenario], config)
@@ -160,6 +208,8 @@ def test_the_report_and_json_carry_every_row(scenario: cost_bench.Scenario) -> N
     assert "The summary record in that request of turn 20, by block" in text
     assert "Fidelity: not run" in text
     data = to_json([scenario], config)
+    assert set(data["scenarios"][0]["systems"]) == set(MEASURED)
+    assert parse_args(["--systems", CTX_MIDDLEWARE])[0].systems == (CTX_MIDDLEWARE,)
     figures = data["scenarios"][0]["systems"][CTX_MEMORY]
     assert figures["calls"]["main"] == 2 * TURNS
     assert figures["billed_per_turn"] > 0

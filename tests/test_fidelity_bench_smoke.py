@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fidelity_bench import CATEGORIES, PROBES, TABLE_HEADER, main, score_probe
+from bench.fidelity_bench import (
+    CATEGORIES,
+    PROBES,
+    SCRIPTED_MIDDLEWARE,
+    TABLE_HEADER,
+    main,
+    score_probe,
+)
 
 
 def test_quick_run_prints_the_tables(
@@ -14,6 +21,7 @@ def test_quick_run_prints_the_tables(
     assert main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert TABLE_HEADER in out
+    assert f"{TABLE_HEADER} {SCRIPTED_MIDDLEWARE} |" in out  # the middleware column
     for category in CATEGORIES:
         assert f"## {category}" in out
     assert "Degraded records / archived records" in out

@@ -355,6 +355,12 @@ class MiddlewareHost:
         system, messages = _split_system(nodes.model.sent(call.request, settings))
         chosen = call.tool_names
         tools = [t for t in request.tools if not isinstance(t, BaseTool) or t.name in chosen]
+        # In the graph's binding order (the agent's tools, then each part's), not
+        # create_agent's (the middleware's first): the same schemas, in the same bytes.
+        rank = {t.name: index for index, t in enumerate(nodes.assembly.tools)}
+        tools.sort(
+            key=lambda t: rank.get(t.name, len(rank)) if isinstance(t, BaseTool) else len(rank)
+        )
         return request.override(system_message=system, messages=messages, tools=tools)
 
     def model_call(
