@@ -15,7 +15,7 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from ctxgraph.state import Context, Settings
+from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.messages import message_origin
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter
@@ -59,7 +59,7 @@ def test_three_hundred_turns_stay_under_the_triggers_and_every_folded_message_is
         SETTINGS,
         persistence.checkpointer,
         persistence.store,
-        summary=summarizer,
+        models=Models(main=main, summary=summarizer),
         tools=[lookup],
     )
     with caplog.at_level(logging.WARNING, logger="ctxgraph"):

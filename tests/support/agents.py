@@ -62,12 +62,14 @@ def session_agent(
     checkpointer: BaseCheckpointSaver[Any],
     store: BaseStore,
     *,
-    summary: ScriptedChatModel | None = None,
-    memory: ScriptedChatModel | None = None,
+    models: Models | None = None,
     tools: Sequence[BaseTool] = (lookup,),
 ) -> Any:
-    """A ``create_agent`` agent with ``ctxgraph_middleware`` (a fresh host every call)."""
-    models = Models(main=main, summary=summary, memory=memory)
+    """A ``create_agent`` agent of ``main`` with ``ctxgraph_middleware`` (a fresh host).
+
+    ``models`` set the summary and memory roles; without them ``main`` plays every role
+    and the host learns it at its first call, as when an agent passes no ``Models``.
+    """
     return create_agent(
         main,
         list(tools),
