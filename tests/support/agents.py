@@ -12,16 +12,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from ctxgraph.middleware import ctxgraph_middleware
+from ctxgraph.nodes.memory.extract import EXTRACTION_SYSTEM
 from ctxgraph.state import Context, Models, Settings
+from ctxgraph.state.demo_replies import demo_memory, demo_summary
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.persistence.archive import ThreadArchive, record_messages
-from tests.support.scripted import tool_call
+from tests.support.scripted import is_summary_request, prompt_text, tool_call
 
 USER_ID = re.compile(r"h(\d+)")
 """The id of a session's user turn."""
@@ -48,6 +56,18 @@ def session_reply(request: list[BaseMessage]) -> AIMessage:
     if isinstance(request[-1], ToolMessage):
         return AIMessage(f"Order A-{n} has shipped.", id=f"r{n}")
     return tool_call("lookup", {"order_id": f"A-{n}"}, f"c{n}", id=f"a{n}")
+
+
+def every_role(request: list[BaseMessage]) -> AIMessage:
+    """A session agent that also writes the summaries and memory extractions it is asked for.
+
+    For agents without ``Models``, whose own model plays every role.
+    """
+    if is_summary_request(request):
+        return demo_summary(prompt_text(request))
+    if isinstance(request[0], SystemMessage) and request[0].text == EXTRACTION_SYSTEM:
+        return demo_memory(prompt_text(request))
+    return session_reply(request)
 
 
 def user_turn(n: int, text: str | None = None) -> dict[str, Any]:
