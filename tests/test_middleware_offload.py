@@ -34,12 +34,12 @@ NEXT = re.compile(r"next offset: (\d+)")
 
 @cache
 def access_log() -> str:
-    """2 MiB of access-log lines, the same every time."""
+    """2 MiB of log lines, the same every time (few tokens a line, so few pages to read)."""
     lines: list[str] = []
     size = 0
     while size < 2 * 1024 * 1024:
         n = len(lines)
-        line = f"{n:06d} GET /api/orders/A-{n * 7919 % 100_000:05d} status=200 took={n % 997}ms"
+        line = f"{n:06d} {'-' * 60} A-{n * 7919 % 100_000:05d} ok"
         lines.append(line)
         size += len(line) + 1
     return "\n".join(lines) + "\n"
@@ -99,7 +99,7 @@ def test_a_2_mb_result_is_a_stub_and_read_artifact_reads_it_back_exactly(
     pages = [r[-1] for r in main.requests[2:]]
     assert all(isinstance(p, ToolMessage) and p.name == "read_artifact" for p in pages)
     assert all(p.status == "success" and OFFLOAD_KEY not in p.additional_kwargs for p in pages)
-    assert len(pages) > 100
+    assert len(pages) > 50
     assert reconstruct(p.text for p in pages) == original
 
     counter = TokenCounter()
