@@ -8,6 +8,8 @@ the request; later compactions run before the model call, and the archive verifi
 
 from __future__ import annotations
 
+from typing import Any
+
 from ctxgraph.state import Context, Settings
 from ctxgraph.state.messages import message_origin
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -31,6 +33,17 @@ AFTER = Settings(trigger_messages=12, keep_messages=4, memory_extraction="off")
 """The new process runs with a lower trigger, which the thread is already over."""
 
 
+def compacting_nodes(agent: Any, n: int, thread_id: str) -> list[str]:
+    """Run user turn ``n``; the agent's nodes whose update moved the compaction mark."""
+    found: list[str] = []
+    for update in agent.stream(user_turn(n), config(thread_id), context=CTX, stream_mode="updates"):
+        for node, value in update.items():
+            writes = value if isinstance(value, list) else [value]
+            if any(isinstance(w, dict) and "compaction" in w for w in writes):
+                found.append(node)
+    return found
+
+
 def test_a_new_process_compacts_at_its_first_call_and_the_archive_verifies(
     persistence: Persistence, database_uri: str, thread_id: str
 ) -> None:
@@ -46,7 +59,7 @@ def test_a_new_process_compacts_at_its_first_call_and_the_archive_verifies(
     with open_persistence(database_uri) as reopened:
         new_model = ScriptedChatModel(responder=Dispatch(session_reply))
         new = session_agent(new_model, AFTER, reopened.checkpointer, reopened.store)
-        new.invoke(user_turn(8), config(thread_id), context=CTX)
+        assert compacting_nodes(new, 8, thread_id) == ["model"]
 
         # The first call compacted before the model read anything, building on the
         # summary the old process wrote.
@@ -59,8 +72,8 @@ def test_a_new_process_compacts_at_its_first_call_and_the_archive_verifies(
         assert len(first) < AFTER.trigger_messages
         assert new.get_state(config(thread_id)).values["compaction"]["version"] == 2
 
-        for n in range(9, 21):
-            new.invoke(user_turn(n), config(thread_id), context=CTX)
+        later = [node for n in range(9, 21) for node in compacting_nodes(new, n, thread_id)]
+        assert len(later) >= 3 and set(later) == {"CompactionMiddleware.before_model"}
         state = new.get_state(config(thread_id)).values
         mark = state["compaction"]
         assert mark["version"] >= 5
