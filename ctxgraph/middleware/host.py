@@ -8,7 +8,9 @@ node's request assembly and answer handling around the agent's own model call, t
 
 The main model is the agent's own (``ModelRequest.model``), learnt at its first call; a
 ``Models`` given to the host sets the summary and memory roles (each falls back to the
-main model) and the main model until that first call.
+main model) and the main model until that first call. The agent's system prompt and tools
+are learnt at that call too: the compaction measures the request the model will get, so
+before the first call of a process the model call itself compacts when a trigger fires.
 """
 
 from __future__ import annotations
@@ -143,8 +145,10 @@ class MiddlewareHost:
         self._part_tools: set[str] = set()
         self.leader: object | None = None
         self._main: BaseChatModel | None = models.main if models is not None else None
-        self._nodes: dict[tuple[int, tuple[str, ...]], _Nodes] = {}
+        self._nodes: dict[tuple[int, tuple[str, ...], str | None], _Nodes] = {}
         self._user_tools: tuple[BaseTool, ...] = ()
+        self._prompt: str | None = None
+        self._called = False
         self._loader: MemoryLoader | None = None
         self._lock = threading.Lock()
 
@@ -199,7 +203,7 @@ class MiddlewareHost:
         if model is None:
             return None
         self._main = model
-        key = (id(model), tuple(t.name for t in self._user_tools))
+        key = (id(model), tuple(t.name for t in self._user_tools), self._prompt)
         with self._lock:
             built = self._nodes.get(key)
             if built is None:
@@ -214,8 +218,15 @@ class MiddlewareHost:
         if tuple(t.name for t in users) != tuple(t.name for t in self._user_tools):
             self._user_tools = users
 
+    def learn_prompt(self, prompt: str | None) -> None:
+        """Note the agent's system prompt (the requests the nodes measure begin with it)."""
+        self._prompt = prompt or None
+        self._called = True
+
     def _build(self, main: BaseChatModel) -> _Nodes:
         settings = self.host_settings()
+        if self._prompt is not None:
+            settings = replace(settings, system_prompt=self._prompt)
         models = self._models(main)
         compaction = self.part(CompactionPart)
         memory = self.part(MemoryPart)
@@ -308,9 +319,9 @@ class MiddlewareHost:
 
     def compact(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The ``compact`` node's step when its router sends the run there (flush first)."""
-        nodes = self.nodes()
+        nodes = self.nodes() if self._called else None
         if nodes is None:
-            return None  # the agent's model is not known yet: the model call compacts
+            return None  # the agent's model or prompt is not known yet: the model call compacts
         config = _config()
         rt = ctx_runtime(runtime, config)
         if nodes.compact.route(state, rt) != "compact":
@@ -322,7 +333,7 @@ class MiddlewareHost:
 
     async def acompact(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`compact`."""
-        nodes = self.nodes()
+        nodes = self.nodes() if self._called else None
         if nodes is None:
             return None
         config = _config()
@@ -341,6 +352,7 @@ class MiddlewareHost:
         self, request: ModelRequest[Any]
     ) -> tuple[_Nodes, Runtime[Context], Settings, AgentState]:
         self.learn_tools(request.tools)
+        self.learn_prompt(request.system_prompt)
         nodes = self.nodes(request.model)
         assert nodes is not None  # a model was given
         rt = ctx_runtime(request.runtime, _config())
