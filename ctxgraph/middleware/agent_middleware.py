@@ -28,13 +28,12 @@ from ctxgraph.middleware.schemas import (
     MemoryState,
     SkillsState,
 )
-from ctxgraph.nodes.part import Part, PartSetup
+from ctxgraph.nodes.part import Part
 from ctxgraph.nodes.parts import CompactionPart, MemoryPart, OffloadPart, SkillsPart
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import TokenCounter
 
 __all__ = [
     "CompactionMiddleware",
@@ -63,11 +62,7 @@ class CtxgraphMiddleware(AgentMiddleware[Any, Any, Any]):
         super().__init__()
         self.host = host if host is not None else MiddlewareHost()
         self.part = part
-        self.host.register(self, part)
-        # After registering: the host's settings turn memory on once it has a memory part.
-        setup = PartSetup(None, self.host.host_settings(), TokenCounter())
-        self.tools: list[BaseTool] = list(part.tools(setup))
-        self.host.add_tools(self.tools)
+        self.tools: list[BaseTool] = self.host.register(self, part)
 
     @property
     def name(self) -> str:

@@ -33,13 +33,13 @@ from langgraph.types import Command
 
 from ctxgraph.graph.builder import PartAssembly
 from ctxgraph.graph.extensions import Extensions
-from ctxgraph.middleware.identity import ctx_runtime
+from ctxgraph.middleware.identity import ctx_runtime, ctx_tool_request, with_context
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.invalid_calls import invalid_calls_node
 from ctxgraph.nodes.memory.load import MemoryLoader
 from ctxgraph.nodes.memory.node import MemoryNodes
 from ctxgraph.nodes.model import ModelCall, ModelNode
-from ctxgraph.nodes.part import Part
+from ctxgraph.nodes.part import Part, PartSetup
 from ctxgraph.nodes.parts import CompactionPart, MemoryPart, OffloadPart, SkillsPart
 from ctxgraph.nodes.request import SYSTEM_PROMPT_ID
 from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult, ToolWrapperChain
@@ -47,7 +47,7 @@ from ctxgraph.state.context import Context, validate_thread_id
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import MessageCount
+from ctxgraph.state.tokens import MessageCount, TokenCounter, encoding
 from ctxgraph.state.usage import add_usage
 from ctxgraph.store.ownership import (
     arecord_owner,
@@ -151,11 +151,15 @@ class MiddlewareHost:
         self._called = False
         self._loader: MemoryLoader | None = None
         self._lock = threading.Lock()
+        encoding()  # read the tokenizer's file now, not on a server's event loop in a run
 
     # -- parts ----------------------------------------------------------------------
 
-    def register(self, owner: object, part: Part) -> None:
-        """Add ``owner``'s part; the first owner leads.
+    def register(self, owner: object, part: Part) -> list[BaseTool]:
+        """Add ``owner``'s part; the first owner leads. Returns the tools it gives the agent.
+
+        The tools are made after the part is added, so they see the settings of a host
+        that has it (``memory_search`` needs the memory part's own host settings).
 
         Raises:
             ValueError: The host already has a part of that kind.
@@ -173,11 +177,10 @@ class MiddlewareHost:
             self._loader = None
             if self.leader is None:
                 self.leader = owner
-
-    def add_tools(self, tools: Sequence[BaseTool]) -> None:
-        """Note the tools a part gives the agent (they are not the agent's own tools)."""
+        tools = list(part.tools(PartSetup(None, self.host_settings(), TokenCounter())))
         with self._lock:
             self._part_tools.update(t.name for t in tools)
+        return tools
 
     def part(self, kind: type[Part]) -> Part | None:
         """The host's part of ``kind``, if it has one."""
@@ -439,18 +442,39 @@ class MiddlewareHost:
     # -- wrap_tool_call: the tools node's wrappers ------------------------------------
 
     def tool_call(self, request: ToolCallRequest, handler: Execute) -> ToolResult:
-        """Run a tool call through the wrappers the graph's ``tools`` node has."""
+        """Run a tool call through the wrappers the graph's ``tools`` node has.
+
+        The wrappers and the parts' tools see the run's ``Context`` (also when the
+        identity came from another context or from ``configurable``); the agent's own
+        tools get the run's own context back.
+        """
         nodes = self.nodes()
         if nodes is None:
             return handler(request)
-        return nodes.tools.wrap_tool_call(request, handler)
+        own = request.runtime.context
+
+        def execute(call: ToolCallRequest) -> ToolResult:
+            return handler(self._for_tool(call, own))
+
+        return nodes.tools.wrap_tool_call(ctx_tool_request(request), execute)
 
     async def atool_call(self, request: ToolCallRequest, handler: AsyncExecute) -> ToolResult:
         """Async :meth:`tool_call`."""
         nodes = self.nodes()
         if nodes is None:
             return await handler(request)
-        return await nodes.tools.awrap_tool_call(request, handler)
+        own = request.runtime.context
+
+        async def execute(call: ToolCallRequest) -> ToolResult:
+            return await handler(self._for_tool(call, own))
+
+        return await nodes.tools.awrap_tool_call(ctx_tool_request(request), execute)
+
+    def _for_tool(self, call: ToolCallRequest, own: object) -> ToolCallRequest:
+        """``call`` with the context its tool expects: ``Context`` for a part's tool."""
+        if call.tool_call["name"] in self._part_tools:
+            return call
+        return with_context(call, own)
 
     # -- after_agent: extract_memory ---------------------------------------------------
 

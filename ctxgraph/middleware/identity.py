@@ -10,9 +10,11 @@ context, a context object or mapping with a ``user_id`` (and optionally ``agent_
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
 from langgraph.runtime import Runtime
 
 from ctxgraph.state.context import Context, ContextError, check_auth_user
@@ -60,3 +62,17 @@ def ctx_runtime(runtime: Runtime[Any], config: RunnableConfig | None) -> Runtime
     if context is runtime.context:
         return runtime
     return runtime.override(context=context)
+
+
+def ctx_tool_request(request: ToolCallRequest) -> ToolCallRequest:
+    """``request`` with the run's ``Context`` as its tool runtime's context."""
+    runtime = request.runtime
+    return with_context(request, run_context(runtime.context, runtime.config))
+
+
+def with_context(request: ToolCallRequest, context: object) -> ToolCallRequest:
+    """``request`` with ``context`` as its tool runtime's context."""
+    runtime: ToolRuntime[Any, Any] = request.runtime
+    if runtime.context is context:
+        return request
+    return replace(request, runtime=replace(runtime, context=context))
