@@ -3,7 +3,8 @@
 The user comes from ``context=Context(...)``, from an application's own context with a
 ``user_id``, or from ``configurable``; without one the run fails before any model call,
 naming each way to pass it. The first user to run a thread owns it; another user's run
-on it, sync or async, is refused with ``ThreadOwnerError`` and changes nothing.
+on it is refused with ``ThreadOwnerError`` before any model call, and with
+``checked_agent`` before anything is saved.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
-from ctxgraph.middleware import ctxgraph_middleware
+from ctxgraph.middleware import checked_agent, ctxgraph_middleware
 from ctxgraph.state import Context, ContextError, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.ownership import ThreadOwnerError
@@ -95,16 +96,44 @@ async def test_every_way_of_naming_the_user_claims_the_thread_and_others_are_ref
         agent.invoke(HELLO, config("t-bob"), context=AppContext(user_id="alice"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="create_agent writes the input to the thread's state before the first middleware "
-    "hook runs, so a run refused in before_agent leaves its input in the thread (ctxgraph's "
-    "own graph refuses before LangGraph saves anything: CheckedGraph)",
-)
-def test_a_refused_run_leaves_the_owners_thread_as_it_was() -> None:
-    agent = agent_for(answering(), AppContext)
+def test_a_refused_run_stops_at_the_first_hook_and_calls_no_model() -> None:
+    # create_agent saves a run's input before its first hook: the refused run's message
+    # is in the thread (the documented difference), but no model ran and no answer came.
+    model = answering()
+    agent = agent_for(model, AppContext)
     agent.invoke(HELLO, config("t-alice"), context=AppContext(user_id="alice"))
-    kept = agent.get_state(config("t-alice")).values["messages"]
+    calls = len(model.requests)
     with pytest.raises(ThreadOwnerError):
         agent.invoke(HELLO, config("t-alice"), context=AppContext(user_id="bob"))
-    assert agent.get_state(config("t-alice")).values["messages"] == kept
+    assert len(model.requests) == calls
+    messages = agent.get_state(config("t-alice")).values["messages"]
+    assert [m.type for m in messages] == ["human", "ai", "human"]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_checked_agent_refuses_before_anything_is_saved(use_async: bool) -> None:
+    model = answering()
+    agent = checked_agent(agent_for(model, Context))
+    agent.invoke(HELLO, config("t-checked"), context=Context(user_id="alice"))
+    kept = agent.get_state(config("t-checked"))
+    calls = len(model.requests)
+    with pytest.raises(ThreadOwnerError):
+        if use_async:
+            await agent.ainvoke(HELLO, config("t-checked"), context=Context(user_id="bob"))
+        else:
+            agent.invoke(HELLO, config("t-checked"), context=Context(user_id="bob"))
+    after = agent.get_state(config("t-checked"))
+    assert after.values["messages"] == kept.values["messages"]
+    assert (
+        after.config["configurable"]["checkpoint_id"]
+        == kept.config["configurable"]["checkpoint_id"]
+    )
+    assert len(model.requests) == calls
+
+
+def test_checked_agent_refuses_a_tool_result_without_its_call() -> None:
+    agent = checked_agent(agent_for(answering(), Context))
+    orphan = {"messages": [{"role": "tool", "content": "42", "tool_call_id": "nope"}]}
+    with pytest.raises(ValueError, match="tool"):
+        agent.invoke(orphan, config("t-orphan"), context=Context(user_id="alice"))
+    assert not agent.get_state(config("t-orphan")).values.get("messages")

@@ -13,6 +13,7 @@ from ctxgraph.middleware.agent_middleware import (
     SkillsMiddleware,
     ctxgraph_middleware,
 )
+from ctxgraph.middleware.checks import checked_agent
 from ctxgraph.middleware.host import MiddlewareHost
 from ctxgraph.middleware.identity import run_context
 
@@ -23,6 +24,7 @@ __all__ = [
     "MiddlewareHost",
     "OffloadMiddleware",
     "SkillsMiddleware",
+    "checked_agent",
     "ctxgraph_middleware",
     "run_context",
 ]
