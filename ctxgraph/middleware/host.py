@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
@@ -46,6 +47,7 @@ from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult, Too
 from ctxgraph.state.context import Context, validate_thread_id
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import Models
+from ctxgraph.state.sans_io import Flow, Io, arun, io, run
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import MessageCount, TokenCounter, encoding
 from ctxgraph.state.usage import add_usage
@@ -276,6 +278,17 @@ class MiddlewareHost:
 
     # -- before_agent: the owner check and load_memory -----------------------------
 
+    def _start(self, runtime: Runtime[Any]) -> Flow[None]:
+        config = _config()
+        rt = ctx_runtime(runtime, config)
+        thread_id = _thread_id(config)
+        if thread_id is None or rt.store is None:
+            return
+        owner = yield from io(thread_owner, athread_owner, rt.store, thread_id)
+        check_thread_owner(owner, thread_id, rt.context.user_id)
+        if owner is None:
+            yield from io(record_owner, arecord_owner, rt.store, thread_id, rt.context.user_id)
+
     def start(self, runtime: Runtime[Any]) -> None:
         """When a run starts: check the identity, refuse another user's thread, claim it.
 
@@ -284,44 +297,44 @@ class MiddlewareHost:
                 thread.
 
         """
-        config = _config()
-        rt = ctx_runtime(runtime, config)
-        thread_id = _thread_id(config)
-        if thread_id is not None and rt.store is not None:
-            owner = thread_owner(rt.store, thread_id)
-            check_thread_owner(owner, thread_id, rt.context.user_id)
-            if owner is None:
-                record_owner(rt.store, thread_id, rt.context.user_id)
+        run(self._start(runtime))
 
     async def astart(self, runtime: Runtime[Any]) -> None:
         """Async :meth:`start`."""
-        config = _config()
-        rt = ctx_runtime(runtime, config)
-        thread_id = _thread_id(config)
-        if thread_id is not None and rt.store is not None:
-            owner = await athread_owner(rt.store, thread_id)
-            check_thread_owner(owner, thread_id, rt.context.user_id)
-            if owner is None:
-                await arecord_owner(rt.store, thread_id, rt.context.user_id)
+        await arun(self._start(runtime))
+
+    def _load(self, state: AgentState, runtime: Runtime[Any]) -> Flow[dict[str, Any] | None]:
+        loader = self.loader()
+        if loader is None:
+            return None
+        rt = ctx_runtime(runtime, _config())
+        return (yield from io(loader.load, loader.aload, state, rt)) or None
 
     def load(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The ``load_memory`` node's step (the view and selection of the turn)."""
-        loader = self.loader()
-        if loader is None:
-            return None
-        return loader.load(state, ctx_runtime(runtime, _config())) or None
+        return run(self._load(state, runtime))
 
     async def aload(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`load`."""
-        loader = self.loader()
-        if loader is None:
-            return None
-        return await loader.aload(state, ctx_runtime(runtime, _config())) or None
+        return await arun(self._load(state, runtime))
 
     # -- before_model: flush, then compact ------------------------------------------
 
-    def compact(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """The ``compact`` node's step when its router sends the run there (flush first)."""
+    def _compaction(
+        self, nodes: _Nodes, state: AgentState, rt: Runtime[Context], config: RunnableConfig
+    ) -> Flow[dict[str, Any]]:
+        """The ``flush`` node's step (with memory), then the ``compact`` node's."""
+        update: dict[str, Any] = {}
+        if nodes.memory is not None:
+            memory = nodes.memory
+            update = yield from io(memory.flush, memory.aflush, state, rt, config)
+        compact = nodes.compact
+        done = yield from io(compact.invoke, compact.ainvoke, applied(state, update), rt, config)
+        return merged(update, done)
+
+    def _before_model(
+        self, state: AgentState, runtime: Runtime[Any]
+    ) -> Flow[dict[str, Any] | None]:
         nodes = self.nodes() if self._called else None
         if nodes is None:
             return None  # the agent's model or prompt is not known yet: the model call compacts
@@ -329,25 +342,15 @@ class MiddlewareHost:
         rt = ctx_runtime(runtime, config)
         if nodes.compact.route(state, rt) != "compact":
             return None
-        update: dict[str, Any] = {}
-        if nodes.memory is not None:
-            update = nodes.memory.flush(state, rt, config)
-        return merged(update, nodes.compact.invoke(applied(state, update), rt, config))
+        return (yield from self._compaction(nodes, state, rt, config))
+
+    def compact(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """The ``compact`` node's step when its router sends the run there (flush first)."""
+        return run(self._before_model(state, runtime))
 
     async def acompact(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`compact`."""
-        nodes = self.nodes() if self._called else None
-        if nodes is None:
-            return None
-        config = _config()
-        rt = ctx_runtime(runtime, config)
-        if nodes.compact.route(state, rt) != "compact":
-            return None
-        update: dict[str, Any] = {}
-        if nodes.memory is not None:
-            update = await nodes.memory.aflush(state, rt, config)
-        done = await nodes.compact.ainvoke(applied(state, update), rt, config)
-        return merged(update, done)
+        return await arun(self._before_model(state, runtime))
 
     # -- wrap_model_call: the model node around the agent's call -------------------
 
@@ -378,27 +381,36 @@ class MiddlewareHost:
         )
         return request.override(system_message=system, messages=messages, tools=tools)
 
+    def _model_step(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]
+    ) -> Flow[ModelResult]:
+        """The ``model`` node's step around ``handler`` (the agent's own model call).
+
+        A compaction that ``before_model`` could not run (the host learns the agent's
+        model at its first call in a process) runs first, flush included.
+        """
+        nodes, rt, settings, state = self._call(request)
+        first: dict[str, Any] = {}
+        if nodes.compact.route(state, rt) == "compact":
+            first = yield from self._compaction(nodes, state, rt, _config())
+            state = applied(state, first)
+        model = nodes.model
+        store = rt.store
+        before = yield from io(model.before_parts, model.abefore_parts, state, settings, store)
+        call = model.prepare(state, settings, before)
+        if not isinstance(call, ModelCall):
+            return _answered(merged(first, call), None)
+        sent = self._request(request, nodes, call, settings)
+        response = yield Io(partial(handler, sent), partial(handler, sent))
+        return _answered(merged(first, model.reply_update(_reply(response), call)), response)
+
     def model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResult:
         """Build the request as the ``model`` node does, call ``handler``, make its update."""
-        nodes, rt, settings, state = self._call(request)
-        first: dict[str, Any] = {}
-        if nodes.compact.route(state, rt) == "compact":
-            # The model was unknown at before_model (the first call of this process).
-            config = _config()
-            if nodes.memory is not None:
-                first = nodes.memory.flush(state, rt, config)
-            first = merged(first, nodes.compact.invoke(applied(state, first), rt, config))
-            state = applied(state, first)
-        before = nodes.model.before_parts(state, settings, rt.store)
-        call = nodes.model.prepare(state, settings, before)
-        if not isinstance(call, ModelCall):
-            return _answered(merged(first, call), None)
-        response = handler(self._request(request, nodes, call, settings))
-        return _answered(merged(first, nodes.model.reply_update(_reply(response), call)), response)
+        return run(self._model_step(request, handler))
 
     async def amodel_call(
         self,
@@ -406,21 +418,7 @@ class MiddlewareHost:
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResult:
         """Async :meth:`model_call`."""
-        nodes, rt, settings, state = self._call(request)
-        first: dict[str, Any] = {}
-        if nodes.compact.route(state, rt) == "compact":
-            config = _config()
-            if nodes.memory is not None:
-                first = await nodes.memory.aflush(state, rt, config)
-            done = await nodes.compact.ainvoke(applied(state, first), rt, config)
-            first = merged(first, done)
-            state = applied(state, first)
-        before = await nodes.model.abefore_parts(state, settings, rt.store)
-        call = nodes.model.prepare(state, settings, before)
-        if not isinstance(call, ModelCall):
-            return _answered(merged(first, call), None)
-        response = await handler(self._request(request, nodes, call, settings))
-        return _answered(merged(first, nodes.model.reply_update(_reply(response), call)), response)
+        return await arun(self._model_step(request, handler))
 
     # -- after_model: answer invalid calls -----------------------------------------
 
@@ -478,22 +476,23 @@ class MiddlewareHost:
 
     # -- after_agent: extract_memory ---------------------------------------------------
 
-    def finish(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """When a run ends: the ``extract_memory`` node's step."""
-        nodes = self.nodes()
-        if nodes is None or nodes.memory is None:
-            return None
-        config = _config()
-        return nodes.memory.extract_turn(state, ctx_runtime(runtime, config), config) or None
-
-    async def afinish(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Async :meth:`finish`."""
+    def _finish(self, state: AgentState, runtime: Runtime[Any]) -> Flow[dict[str, Any] | None]:
         nodes = self.nodes()
         if nodes is None or nodes.memory is None:
             return None
         config = _config()
         rt = ctx_runtime(runtime, config)
-        return await nodes.memory.aextract_turn(state, rt, config) or None
+        memory = nodes.memory
+        update = yield from io(memory.extract_turn, memory.aextract_turn, state, rt, config)
+        return update or None
+
+    def finish(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """When a run ends: the ``extract_memory`` node's step."""
+        return run(self._finish(state, runtime))
+
+    async def afinish(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Async :meth:`finish`."""
+        return await arun(self._finish(state, runtime))
 
 
 def _kind_rank(part: Part) -> int:
