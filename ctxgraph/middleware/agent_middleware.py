@@ -235,7 +235,7 @@ def ctxgraph_middleware(
 
     Args:
         models: The summary and memory roles (each falls back to the agent's own model);
-            ``main`` stands for the agent's model until its first call in this process.
+            ``main`` is not used: the main model is always the agent's own.
         settings: ctxgraph's ``Settings`` (None is ``Settings()``); a run's
             ``Context(settings=...)`` overrides the fields it sets, as in the graph.
 
