@@ -51,8 +51,8 @@ class CtxgraphMiddleware(AgentMiddleware[Any, Any, Any]):
     The host's first middleware (the leader) assembles every model request from the
     thread's state as ctxgraph's ``model`` node does, answers unreadable tool calls as
     the ``invalid_calls`` node does, and runs every tool call through the ``tools``
-    node's wrappers; the others hand those calls on. Every middleware of a host checks
-    the run's identity when a run starts (the leader also claims an unowned thread).
+    node's wrappers; the others hand those calls on. When a run starts the leader checks
+    the run's identity, refuses another user's thread and claims an unowned one.
     """
 
     state_schema = CtxgraphState
