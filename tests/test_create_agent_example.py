@@ -8,7 +8,6 @@ included), the middleware hooks in the served graph, and the fact memory stored.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import time
 import uuid
@@ -22,6 +21,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph_sdk import get_sync_client
 
 from ctxgraph import Context, Settings, demo_models
+from tests.support.modules import import_file
 from tests.test_langgraph_dev import RUN_TIMEOUT, dev_server, message_text, server_env
 from tests.test_memory_background_server import facts
 
@@ -39,11 +39,7 @@ SETTLE = 30.0
 def load_example(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """Import ``agent.py`` as the server does, with the offline demo model."""
     monkeypatch.setenv("CTXGRAPH_MODEL", "scripted")
-    spec = importlib.util.spec_from_file_location("create_agent_example", EXAMPLE / "agent.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(EXAMPLE / "agent.py", "create_agent_example")
 
 
 def test_the_example_agent_runs_offline(monkeypatch: pytest.MonkeyPatch) -> None:

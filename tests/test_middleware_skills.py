@@ -11,7 +11,6 @@ from pathlib import Path
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
@@ -21,37 +20,14 @@ from ctxgraph.state import Context, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel, bound_tool_names
 from tests.support.agents import config
 from tests.support.scripted import tool_call
+from tests.support.skill_files import WRITES, read_file, write_file, write_skill
 
 CTX = Context(user_id="u-skills")
-WRITES: list[str] = []
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file."""
-    return f"contents of {path}"
-
-
-@tool
-def write_file(path: str, text: str) -> str:
-    """Write a file."""
-    WRITES.append(path)
-    return f"wrote {path}"
-
-
-def write_skill(root: Path) -> None:
-    folder = root / "reader"
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(
-        "---\nname: reader\ndescription: Reads files, never writes.\n"
-        "allowed-tools: [read_file]\n---\nOnly read files.\n",
-        encoding="utf-8",
-    )
 
 
 def test_a_loaded_skill_unbinds_and_refuses_the_tools_it_does_not_allow(tmp_path: Path) -> None:
     WRITES.clear()
-    write_skill(tmp_path)
+    write_skill(tmp_path, "reader", "Reads files, never writes.", "Only read files.", ["read_file"])
     main = ScriptedChatModel(
         script=[
             tool_call("load_skill", {"name": "reader"}, "c1"),

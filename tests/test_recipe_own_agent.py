@@ -9,7 +9,6 @@ offline with a scripted model.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from langgraph_sdk import get_sync_client
 
 from ctxgraph import Context, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
+from tests.support.modules import import_file
 from tests.support.openai_server import OpenAIServer, Reply, ToolCall
 from tests.test_langgraph_dev import RUN_TIMEOUT, dev_server, message_text, server_env
 
@@ -37,11 +37,7 @@ NO_MEMORY = Settings(memory_extraction="off")
 def load_recipe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """Import ``my_agent.py`` as a user would; its module-level graphs need a key only."""
     monkeypatch.setenv("OPENAI_API_KEY", "unused-offline")
-    spec = importlib.util.spec_from_file_location("own_agent_recipe", RECIPE / "my_agent.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(RECIPE / "my_agent.py", "own_agent_recipe")
 
 
 def tool_then_answer() -> list[Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.store.base import BaseStore
@@ -30,48 +30,15 @@ from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import count_text
 from ctxgraph.store.persistence.connection import Persistence
 from tests.support.scripted import Dispatch, demo_summarizer, main_requests
+from tests.support.skill_files import WRITES, read_file, write_file, write_skill
 
 CONTEXT = Context(user_id="skill-user")
-WRITES: list[str] = []
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file."""
-    return f"contents of {path}"
-
-
-@tool
-def write_file(path: str, text: str) -> str:
-    """Write a file."""
-    WRITES.append(path)
-    return f"wrote {path}"
-
-
 TOOLS: tuple[BaseTool, ...] = (read_file, write_file)
 
 
 @pytest.fixture(autouse=True)
 def _no_writes() -> None:
     WRITES.clear()
-
-
-def write_skill(
-    root: Path,
-    name: str,
-    description: str = "A skill.",
-    body: str = "Do the thing.",
-    allowed: Sequence[str] | None = None,
-) -> Path:
-    """Write ``root/name/SKILL.md`` and return its path."""
-    folder = root / name
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = ["---", f"name: {name}", f"description: {description}"]
-    if allowed is not None:
-        lines.append(f"allowed-tools: [{', '.join(allowed)}]")
-    path = folder / "SKILL.md"
-    path.write_text("\n".join([*lines, "---", body, ""]), encoding="utf-8")
-    return path
 
 
 def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
