@@ -24,7 +24,6 @@ from ctxgraph.graph import Graph
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
 from ctxgraph.nodes.offload.unlocks import SUBAGENT_KWARG, has_artifact, unlock_update
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.skills.policy import ToolPolicy
 from ctxgraph.nodes.subagents.result import SUBAGENT_KEY
 from ctxgraph.nodes.tools import read_history_tool
@@ -33,6 +32,7 @@ from ctxgraph.state.scripted_model import ScriptedChatModel, bound_tool_names
 from ctxgraph.state.settings import SettingsError
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.state.tool_unlocks import merge_unlocked
+from tests.support.requests import request_builder
 from tests.support.scripted import demo_summarizer, main_requests
 
 CONTEXT = Context(user_id="binding-user")
@@ -323,7 +323,7 @@ def stub_state() -> Any:
 def test_the_measured_request_counts_the_schemas_bound_for_its_state() -> None:
     counter = CountingCounter()
     tools = tools_of_a_graph()
-    builder = RequestBuilder(tools, counter)
+    builder = request_builder(tools, counter)
     # Every set a state can bind is counted at build time, once: a run loads no tokenizer.
     assert counter.tool_counts == 8
     plain = TokenCounter()

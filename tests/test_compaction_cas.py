@@ -22,11 +22,11 @@ from ctxgraph.nodes.compaction.commit import (
     moved,
 )
 from ctxgraph.nodes.compaction.node import CompactNode
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.store.persistence.archive import ThreadArchive, verify_thread
+from tests.support.requests import request_builder
 from tests.support.scripted import demo_summarizer
 
 CTX = Context(user_id="u1")
@@ -258,7 +258,7 @@ def test_a_stale_run_cannot_overwrite_what_another_run_committed(
     counter = TokenCounter()
     node = CompactNode(
         Models(main=ScriptedChatModel(responder=agent), summary=demo_summarizer()),
-        RequestBuilder([lookup], counter),
+        request_builder([lookup], counter),
         SETTINGS,
         counter,
         head=checkpoint_head(thread.saver),

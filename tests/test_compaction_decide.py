@@ -28,13 +28,13 @@ from ctxgraph.nodes.compaction.node import UNFIT, Launch
 from ctxgraph.nodes.compaction.planner import CompactionPlanner
 from ctxgraph.nodes.compaction.render import SECTIONS
 from ctxgraph.nodes.compaction.verify import size_problems
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.messages import message_origin
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter, count_text
+from tests.support.requests import request_builder
 from tests.support.scripted import is_summary_request, main_requests, prompt_text
 
 CTX = Context(user_id="u1")
@@ -368,7 +368,7 @@ def test_a_record_larger_than_what_it_folds_passes_only_after_the_message_trigge
         trigger_messages=18 if fired == "messages" else 60,
     )
     planner = CompactionPlanner(
-        ScriptedChatModel(script=["unused"]), RequestBuilder([], TokenCounter())
+        ScriptedChatModel(script=["unused"]), request_builder([], TokenCounter())
     )
     state: Any = {"messages": window(16, 100)}
     before = planner.measure(state, settings)

@@ -29,12 +29,12 @@ from ctxgraph.nodes.compaction.summarizer import (
     SummaryJob,
     SummaryWriter,
 )
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.prompt_template import PromptTemplateError
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter
+from tests.support.requests import request_builder
 from tests.support.scripted import is_summary_request, summary_text
 
 CTX = Context(user_id="u1")
@@ -97,7 +97,7 @@ def compact_node(
     counter = counter if counter is not None else TokenCounter()
     return CompactNode(
         Models(main=main_model(), summary=summary),
-        RequestBuilder([], counter),
+        request_builder([], counter),
         settings,
         counter,
         queue=queue,

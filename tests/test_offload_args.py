@@ -12,7 +12,6 @@ from langchain_core.tools import tool
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.offload.args import arg_path
 from ctxgraph.nodes.offload.refs import LEDGER_ARTIFACTS_KEY, OFFLOAD_ARGS_KEY
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.demo_replies import demo_memory
 from ctxgraph.state.messages import ORIGIN_KEY, content_text
@@ -21,6 +20,7 @@ from ctxgraph.state.tokens import TokenCounter, count_text
 from ctxgraph.store.artifacts import ArtifactStore
 from ctxgraph.store.persistence.archive import ThreadArchive, record_messages, verify_thread
 from ctxgraph.store.persistence.connection import Persistence, open_async_persistence
+from tests.support.requests import request_builder
 from tests.support.scripted import demo_summarizer, is_summary_request, main_requests
 
 CTX = Context(user_id="u1")
@@ -105,7 +105,7 @@ def request_tokens(graph: Any, thread_id: str, main: ScriptedChatModel, text: st
 def measured(state: dict[str, Any], main: ScriptedChatModel, text: str) -> int:
     counter = TokenCounter()
     messages = [*state["messages"], HumanMessage(text, id="probe")]
-    request = RequestBuilder([], counter).build({"messages": messages}, BUILD)
+    request = request_builder([], counter).build({"messages": messages}, BUILD)
     # The schemas of the latest call: the set bound for the thread's state as it is now.
     return counter.count_messages(request) + counter.count_tools(main.tool_requests[-1])
 

@@ -30,8 +30,7 @@ from ctxgraph.graph import build_graph
 from ctxgraph.nodes.cache_markers import accepts_cache_control, with_cache_marker
 from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.parts.memory import memory_message
-from ctxgraph.nodes.parts.requests import RequestBuilder
-from ctxgraph.nodes.request import Request
+from ctxgraph.nodes.request import Request, RequestAssembler
 from ctxgraph.nodes.skills.policy import UNRESTRICTED
 from ctxgraph.nodes.skills.view import SkillParts, SkillRequests, skills_message
 from ctxgraph.nodes.subagents.render import delegations_message
@@ -40,6 +39,7 @@ from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.store.memory.repository import MemoryRepository
+from tests.support.requests import request_builder
 
 SETTINGS = Settings(system_prompt="Be exact.")
 SUMMARY = {
@@ -66,9 +66,9 @@ class FixedSkills:
         return SkillParts(LISTING, ACTIVE, UNRESTRICTED)
 
 
-def builder(skills: bool = True) -> RequestBuilder:
+def builder(skills: bool = True) -> RequestAssembler:
     provider = cast(SkillRequests, FixedSkills()) if skills else None
-    return RequestBuilder([], TokenCounter(), provider)
+    return request_builder([], TokenCounter(), provider)
 
 
 def digest(text: str) -> str:

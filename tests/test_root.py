@@ -33,9 +33,10 @@ from ctxgraph import (
     create_builder,
 )
 from ctxgraph.graph import builder
-from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS, GraphParts
+from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS
 from ctxgraph.nodes.compaction.job_queue import settings_values
 from ctxgraph.nodes.memory.extract import EXTRACTION_SYSTEM
+from ctxgraph.nodes.part import Part
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.store.memory.queue import MemoryQueue
@@ -140,20 +141,20 @@ def test_an_old_seam_keyword_still_works_and_names_its_replacement(
 def test_an_old_part_keyword_of_the_builder_and_the_subgraph_still_works(
     where: str, keyword: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    resolved: list[GraphParts] = []
-    real = builder._Parts
+    resolved: list[list[Part]] = []
+    real = builder.Assembly
 
-    def spy(*args: Any) -> Any:
+    def spy(*args: Any, **kwargs: Any) -> Any:
         resolved.append(args[3])
-        return real(*args)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(builder, "_Parts", spy)
+    monkeypatch.setattr(builder, "Assembly", spy)
     build = {"create_builder": create_builder, "as_subgraph": as_subgraph}[where]
     value = OLD_VALUES[keyword]
     with pytest.warns(DeprecationWarning, match=rf"{where}\({keyword}=\.\.\.\)"):
         build(models=Models(main=ScriptedChatModel()), **{keyword: value})
     (parts,) = resolved
-    assert TAKEN[keyword]({"parts": parts.all}) is value, "the old keyword set its part"
+    assert TAKEN[keyword]({"parts": parts}) is value, "the old keyword set its part"
 
 
 def test_an_unknown_keyword_is_refused() -> None:

@@ -11,6 +11,7 @@ from langchain_core.tools import BaseTool, tool
 import ctxgraph.graph.environment as environment
 from ctxgraph.graph.environment import SUBAGENTS_VARIABLE, EnvironmentConfig
 from ctxgraph.graph.subagent_files import SubagentFileError, read_subagent_specs
+from ctxgraph.nodes.parts import SubagentsPart
 from ctxgraph.state.subagents import SubagentSpec
 from tests.support.cli import REPO_ROOT
 
@@ -207,15 +208,18 @@ BUILT = object()
 def capture_build_graph(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     captured: dict[str, Any] = {}
 
-    def fake_build_graph(**kwargs: Any) -> object:
+    def fake_create_builder(**kwargs: Any) -> object:
         captured.update(kwargs)
+        (part,) = [p for p in kwargs["parts"] if isinstance(p, SubagentsPart)]
+        captured["subagents"] = part.subagents
         return BUILT
 
-    monkeypatch.setattr(environment, "build_graph", fake_build_graph)
+    monkeypatch.setattr(environment, "create_builder", fake_create_builder)
+    monkeypatch.setattr(environment, "compile_graph", lambda built, **_: built)
     return captured
 
 
-def test_the_environment_passes_the_folders_specs_to_build_graph(
+def test_the_environment_passes_the_folders_specs_to_the_builder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write(tmp_path, "reviewer.md", REVIEWER)
@@ -233,7 +237,7 @@ def test_the_environment_passes_the_folders_specs_to_build_graph(
     assert captured["tools"] == configured.tools
 
 
-def test_without_the_variable_no_subagents_reach_build_graph(
+def test_without_the_variable_no_subagents_reach_the_builder(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     captured = capture_build_graph(monkeypatch)

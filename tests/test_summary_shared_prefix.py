@@ -33,13 +33,13 @@ from ctxgraph.nodes.compaction.shared_prefix import (
 )
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.model import ModelNode
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.scripted_model import ScriptedChatModel, bound_tool_names
 from ctxgraph.state.settings import SettingsError
 from ctxgraph.state.tokens import TokenCounter
+from tests.support.requests import request_builder
 from tests.support.scripted import is_summary_request, summary_text, tool_call
 
 CTX = Context(user_id="u1")
@@ -130,7 +130,7 @@ class Node:
         counter = TokenCounter()
         tools = [lookup, refund_order]
         self.settings = settings
-        self.builder = RequestBuilder(tools, counter)
+        self.builder = request_builder(tools, counter)
         models = Models(main=main, summary=summary)
         self.compact = CompactNode(models, self.builder, settings, counter, summary_prompt=prompt)
         self.model = ModelNode(main, tools, settings, self.builder)

@@ -22,7 +22,6 @@ from langgraph.store.memory import InMemoryStore
 
 from ctxgraph import Context, CtxGraph, Models, Settings
 from ctxgraph.graph import Graph
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state.calibration import (
     MAX_FACTOR,
     MIN_FACTOR,
@@ -33,6 +32,7 @@ from ctxgraph.state.calibration import (
 )
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import MessageCount, TokenCounter
+from tests.support.requests import request_builder
 from tests.support.scripted import demo_summarizer, main_requests
 
 CONTEXT = Context(user_id="calibration-user")
@@ -168,7 +168,7 @@ def test_a_callers_token_counter_is_not_calibrated() -> None:
     graph = make_graph(main, token_counter=count_tokens_approximately)
     state = turn(graph, 1)
     assert "token_calibration" not in state
-    builder = RequestBuilder([], TokenCounter(count=count_tokens_approximately), model="scripted")
+    builder = request_builder([], TokenCounter(count=count_tokens_approximately), model="scripted")
     assert builder.calibration_model is None
     assert builder.factor({"messages": [], "token_calibration": state_of(2.0)}) == 1.0
 
@@ -178,7 +178,7 @@ def state_of(factor: float) -> Any:
 
 
 def test_the_builder_measures_requests_times_the_factor() -> None:
-    builder = RequestBuilder([], TokenCounter(), model="scripted")
+    builder = request_builder([], TokenCounter(), model="scripted")
     messages: list[Any] = [HumanMessage(WORDS, id="h1")]
     local = builder.measure_state({"messages": messages}, SETTINGS).tokens
     calibrated_state: Any = {"messages": messages, "token_calibration": state_of(2.0)}
@@ -188,7 +188,7 @@ def test_the_builder_measures_requests_times_the_factor() -> None:
     assert builder.local_tokens(request) == local
     assert builder.measure(list(request)).tokens == local  # a plain list: local counts
     # Without the model's name, nothing is calibrated.
-    assert RequestBuilder([], TokenCounter()).measure_state(calibrated_state, SETTINGS).tokens == (
+    assert request_builder([], TokenCounter()).measure_state(calibrated_state, SETTINGS).tokens == (
         local
     )
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from ctxgraph.nodes.parts.requests import RequestBuilder
 from ctxgraph.state import Settings
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.tokens import TokenCounter, count_text, encoding
+from tests.support.requests import request_builder
 
 SETTINGS = Settings()
 
@@ -71,7 +71,7 @@ def _state(messages: list[BaseMessage]) -> AgentState:
 
 
 def test_a_request_is_measured_afresh_once_a_message_changes_under_its_id() -> None:
-    builder = RequestBuilder([], TokenCounter())
+    builder = request_builder([], TokenCounter())
     call = {"name": "lookup", "args": {"order_id": "A-1001"}, "id": "c1"}
     window: list[BaseMessage] = [
         HumanMessage(content="Where is A-1001?", id="u1"),
@@ -86,7 +86,7 @@ def test_a_request_is_measured_afresh_once_a_message_changes_under_its_id() -> N
     changed = [window[0], AIMessage(content="", id="a1", tool_calls=[longer]), window[2]]
     grown = builder.measure(builder.build(_state(changed), SETTINGS))
     assert grown.tokens > first.tokens
-    fresh = RequestBuilder([], TokenCounter())
+    fresh = request_builder([], TokenCounter())
     assert grown == fresh.measure(fresh.build(_state(changed), SETTINGS))
 
 

@@ -1,4 +1,4 @@
-"""Assembles the ctxgraph ``StateGraph`` from models, tools and settings."""
+"""Wires the ctxgraph ``StateGraph`` from an ``Assembly``'s nodes, and compiles it."""
 
 from __future__ import annotations
 
@@ -12,41 +12,27 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
-from ctxgraph.graph.delegation import build_delegation
-from ctxgraph.graph.extensions import Extensions
+from ctxgraph.graph.assembly import Assembly, ordered_parts, part_tools
 from ctxgraph.graph.input_check import attach_input_check
-from ctxgraph.graph.paired_node import paired_node as _node
-from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS, GraphParts, old_keywords
+from ctxgraph.graph.seams import PART_KEYWORDS, ROOT_KEYWORDS, old_keywords, with_old_parts
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
 from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.invalid_calls import invalid_calls_node
-from ctxgraph.nodes.memory.load import MemoryLoader
-from ctxgraph.nodes.memory.node import MemoryNodes
-from ctxgraph.nodes.model import ModelNode
+from ctxgraph.nodes.paired_node import paired_node as _node
 from ctxgraph.nodes.part import Part, PartSetup
-from ctxgraph.nodes.parts import (
-    CompactionPart,
-    MemoryPart,
-    OffloadPart,
-    SkillsPart,
-    SubagentsPart,
-)
-from ctxgraph.nodes.parts.requests import RequestBuilder
+from ctxgraph.nodes.parts import CompactionPart, SkillsPart, SubagentsPart
 from ctxgraph.nodes.routing import AfterTools, route_after_model
-from ctxgraph.nodes.skills.sources import SkillSources, has_sources
+from ctxgraph.nodes.skills.sources import SkillSources
 from ctxgraph.nodes.subagents.route import SUBAGENT_NODE
 from ctxgraph.nodes.tools import tools_node
-from ctxgraph.nodes.tools.binding import UnboundToolGate
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
-from ctxgraph.state.calibration import model_name
 from ctxgraph.state.context import Context
 from ctxgraph.state.graph_state import AgentState, InputState, OutputState
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.subagents import SubagentSpec
 from ctxgraph.state.tokens import MessageCount, TokenCounter
-from ctxgraph.store.memory.repository import RepositoryFactory
 
 Graph = CompiledStateGraph[AgentState, Context, InputState, OutputState]
 Builder = StateGraph[AgentState, Context, InputState, OutputState]
@@ -84,7 +70,8 @@ def create_builder(
         parts: Parts replacing the built-in ones of their kind (``CompactionPart(
             summary_prompt=...)``, ``MemoryPart(extraction_prompt=..., ranker=...)``,
             ``SubagentsPart(specs)``, ``SkillsPart()``, ``OffloadPart()``) and the
-            caller's own parts, which follow the built-in ones. None is the built-in parts.
+            caller's own parts, which follow the built-in ones; a part's ``state`` keys
+            join the thread's state. None is the built-in parts.
         tool_wrappers: ``ToolWrapper``s around every call of the ``tools`` node, the
             first outermost, all outside the built-in ones: the skill policy gate, then
             the result offloader. So a wrapper sees each call before the policy refuses
@@ -98,7 +85,7 @@ def create_builder(
             LangGraph server, ``ServerJobQueue()`` queues them as ``compaction_worker``
             runs); without it a job is a daemon thread of the process.
         **deprecated: ``summary_prompt``, ``extraction_prompt``, ``ranker`` and
-            ``subagents`` still work for one release, with a ``DeprecationWarning``
+            ``subagents`` still work until 0.3.0, with a ``DeprecationWarning``
             naming the part that takes each now.
 
     Returns:
@@ -112,50 +99,29 @@ def create_builder(
         SettingsError: The settings are invalid together.
 
     """
-    resolved = GraphParts.resolve(parts, old_keywords(deprecated, PART_KEYWORDS, "create_builder"))
     settings = settings or Settings()
-    extensions = Extensions.checked(
-        summary_prompt=resolved.compaction.summary_prompt,
-        extraction_prompt=resolved.memory.extraction_prompt,
-        token_counter=token_counter,
-        tool_wrappers=tool_wrappers,
-        ranker=resolved.memory.ranker,
-    )
-    with_loading = settings.memory_mode != "off"
-    graph_parts = _Parts(models, tools, settings, resolved, extensions)
-    all_tools, requests, delegation = (
-        graph_parts.tools,
-        graph_parts.requests,
-        graph_parts.delegation,
-    )
-    model = ModelNode(models.main, all_tools, settings, requests, graph_parts.parts)
-    compact = CompactNode(
+    old = old_keywords(deprecated, PART_KEYWORDS, "create_builder")
+    chosen = ordered_parts(with_old_parts(parts, old), settings)
+    built = Assembly(
         models,
-        requests,
+        tools,
         settings,
-        graph_parts.counter,
+        chosen,
+        tool_wrappers=tool_wrappers,
+        token_counter=token_counter,
         head=head,
         queue=compaction_queue,
-        summary_prompt=extensions.summary_prompt,
     )
-    with_memory = settings.memory_extraction != "off"
-
+    compact, model, memory, loader = built.compact, built.model, built.memory, built.loader
     builder: Builder = StateGraph(
-        AgentState, context_schema=Context, input_schema=InputState, output_schema=OutputState
+        built.state, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
     builder.add_node("compact", _node(compact.invoke, compact.ainvoke, name="compact"))
     builder.add_node("model", _node(model.invoke, model.ainvoke, name="model"))
-    builder.add_node("tools", tools_node(all_tools, graph_parts.wrappers()))
+    builder.add_node("tools", tools_node(built.tools, built.wrappers))
     builder.add_node("invalid_calls", invalid_calls_node)
     builder.add_edge("compact", "model")
-    if with_memory:
-        memory = MemoryNodes(
-            models,
-            compact.planner,
-            settings,
-            extraction_prompt=extensions.extraction_prompt,
-            repositories=graph_parts.repositories,
-        )
+    if memory is not None:
         builder.add_node("flush", _node(memory.flush, memory.aflush, name="flush"))
         builder.add_node(
             "extract_memory",
@@ -164,14 +130,10 @@ def create_builder(
         builder.add_edge("flush", "compact")
         builder.add_edge("extract_memory", END)
     before_model: dict[Hashable, str] = {
-        "compact": "flush" if with_memory else "compact",
+        "compact": "compact" if memory is None else "flush",
         "model": "model",
     }
-    finish = "extract_memory" if with_memory else END
-    if with_loading:
-        loader = MemoryLoader(
-            settings, repositories=graph_parts.repositories, counter=graph_parts.counter
-        )
+    if loader is not None:
         builder.add_node("load_memory", _node(loader.load, loader.aload, name="load_memory"))
         builder.add_edge(START, "load_memory")
         builder.add_conditional_edges("load_memory", compact.route, before_model)
@@ -180,10 +142,11 @@ def create_builder(
     after_model: dict[Hashable, str] = {
         "tools": "tools",
         "invalid_calls": "invalid_calls",
-        "finish": finish,
+        "finish": END if memory is None else "extract_memory",
     }
     after_tools = AfterTools(compact.route)
     after_tools_targets = {**before_model, "invalid_calls": "invalid_calls"}
+    delegation = built.delegation
     if delegation is None:
         builder.add_conditional_edges("model", route_after_model, after_model)
     else:
@@ -205,105 +168,9 @@ def graph_tools(
     and ``memory_search`` unless ``settings.memory_mode`` is off. A request binds a gated
     tool only once it can help (``ctxgraph.nodes.tools.binding``).
     """
-    chosen = built_in_parts(settings, skills=skills)
-    return part_tools(chosen, PartSetup(None, settings, TokenCounter(), tuple(tools)))
-
-
-def built_in_parts(
-    settings: Settings,
-    *,
-    task: BaseTool | None = None,
-    skills: SkillSources | None = None,
-    compaction: CompactionPart | None = None,
-    memory: MemoryPart | None = None,
-) -> list[Part]:
-    """The built-in parts of a graph, in binding order.
-
-    Subagents, skills (with skill sources), compaction, offloading, memory.
-    """
-    chosen: list[Part] = [SubagentsPart(task=task)]
-    if skills is not None:
-        chosen.append(SkillsPart(skills))
-    elif has_sources(settings):
-        chosen.append(SkillsPart())
-    chosen += [compaction or CompactionPart(), OffloadPart(), memory or MemoryPart()]
-    return chosen
-
-
-def part_tools(parts: Sequence[Part], setup: PartSetup) -> list[BaseTool]:
-    """The caller's tools (``setup.tools``) and then each part's; names are unique."""
-    all_tools = [*setup.tools, *(tool for part in parts for tool in part.tools(setup))]
-    names = [t.name for t in all_tools]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(f"tool names must be unique; {duplicates} appear more than once")
-    return all_tools
-
-
-class PartAssembly:
-    """The tools, counter, prepared parts, request builder and tool wrappers of ``chosen``.
-
-    One mechanism for both hosts: the graph (``create_builder``) and the ``create_agent``
-    middleware (``ctxgraph.middleware``) assemble their parts with it.
-    """
-
-    def __init__(
-        self,
-        models: Models,
-        tools: Sequence[BaseTool],
-        settings: Settings,
-        chosen: Sequence[Part],
-        extensions: Extensions,
-    ) -> None:
-        self.extensions = extensions
-        self.counter = extensions.counter()
-        """The one token counter: the requests, compaction, memory and offloading."""
-        self.tools = part_tools(chosen, PartSetup(models, settings, self.counter, tuple(tools)))
-        self.setup = PartSetup(models, settings, self.counter, tuple(self.tools))
-        self.parts = [part.prepared(self.setup) for part in chosen]
-        self.requests = RequestBuilder(
-            self.tools, self.counter, model=model_name(models.main), parts=self.parts
-        )
-
-    def wrappers(self) -> list[ToolWrapper]:
-        """The wrappers around each tool call, the first outermost.
-
-        The caller's ``tool_wrappers`` in their order, then the parts' gates (the skill
-        policy gate), then the gate answering calls of gated tools not bound for the
-        state, then the parts' wrappers (the result offloader), innermost, next to the tool.
-        """
-        setup = self.setup
-        return [
-            *self.extensions.tool_wrappers,
-            *(gate for part in self.parts for gate in part.gates(setup)),
-            UnboundToolGate(setup.settings, self.tools),
-            *(wrapper for part in self.parts for wrapper in part.wrappers(setup)),
-        ]
-
-
-class _Parts(PartAssembly):
-    """The parts of a graph (built-in and the caller's), its delegation and repositories."""
-
-    def __init__(
-        self,
-        models: Models,
-        tools: Sequence[BaseTool],
-        settings: Settings,
-        resolved: GraphParts,
-        extensions: Extensions,
-    ) -> None:
-        self.delegation = build_delegation(resolved.specs, models.main, tools, settings)
-        self.repositories: RepositoryFactory = resolved.memory.repositories(settings)
-        """The memory repositories of the view and ``memory_search``, with the ranker."""
-        chosen = [
-            SubagentsPart(resolved.specs, task=self.delegation.tool if self.delegation else None),
-            *([resolved.skills or SkillsPart()] if has_sources(settings) else []),
-            resolved.compaction,
-            resolved.offload,
-            resolved.memory,
-            *resolved.extra,
-        ]
-        super().__init__(models, tools, settings, chosen, extensions)
+    chosen = ordered_parts([SkillsPart(skills)] if skills is not None else None, settings)
+    caller = tuple(tools)
+    return part_tools(chosen, PartSetup(None, settings, TokenCounter(), caller, caller))
 
 
 def compaction_node(
@@ -322,12 +189,8 @@ def compaction_node(
     ``summary_prompt`` is a ``CompactionPart``'s, ``token_counter`` that of ``create_builder``.
     """
     settings = settings or Settings()
-    extensions = Extensions.checked(summary_prompt=summary_prompt, token_counter=token_counter)
-    resolved = GraphParts.resolve([CompactionPart(summary_prompt), SubagentsPart(subagents)], {})
-    parts = _Parts(models, tools, settings, resolved, extensions)
-    return CompactNode(
-        models, parts.requests, settings, parts.counter, summary_prompt=summary_prompt
-    )
+    chosen = ordered_parts([CompactionPart(summary_prompt), SubagentsPart(subagents)], settings)
+    return Assembly(models, tools, settings, chosen, token_counter=token_counter).compact
 
 
 def build_graph(
@@ -359,7 +222,7 @@ def build_graph(
             at ``create_builder``.
         **deprecated: The keywords ``build_graph`` took before (``summary_prompt``,
             ``extraction_prompt``, ``ranker``, ``subagents``, ``token_counter``,
-            ``tool_wrappers``, ``compaction_queue``) still work for one release, with a
+            ``tool_wrappers``, ``compaction_queue``) still work until 0.3.0, with a
             ``DeprecationWarning`` naming the replacement of each.
 
     Returns:
@@ -378,13 +241,12 @@ def build_graph(
     """
     old = old_keywords(deprecated, {**PART_KEYWORDS, **ROOT_KEYWORDS}, "build_graph")
     check_persistence(checkpointer, store)
-    resolved = GraphParts.resolve(parts, {k: v for k, v in old.items() if k in PART_KEYWORDS})
     builder = create_builder(
         models=models if models is not None else Models.from_env(os.environ),
         tools=tools,
         settings=settings,
         head=checkpoint_head(checkpointer),
-        parts=resolved.all,
+        parts=with_old_parts(parts, {k: v for k, v in old.items() if k in PART_KEYWORDS}),
         tool_wrappers=old.get("tool_wrappers", ()),
         token_counter=old.get("token_counter"),
         compaction_queue=old.get("compaction_queue"),

@@ -69,50 +69,20 @@ class EnvironmentConfig:
         ``parts`` join the configured subagents' part (a ``SubagentsPart`` among them
         wins); ``seams`` are ``create_builder``'s ``tool_wrappers`` and ``token_counter``.
         """
-        return build_graph(
-            checkpointer=checkpointer,
-            store=store,
+        check_persistence(checkpointer, store)
+        chosen = list(parts)
+        if not any(isinstance(part, SubagentsPart) for part in chosen):
+            chosen.insert(0, SubagentsPart(self.subagents))
+        builder = create_builder(
             models=self.models,
             tools=self.tools,
             settings=self.settings,
-            subagents=self.subagents,
+            head=checkpoint_head(checkpointer),
+            parts=chosen,
             compaction_queue=compaction_queue,
-            parts=parts,
             **seams,
         )
-
-
-def build_graph(
-    *,
-    checkpointer: BaseCheckpointSaver[str] | None,
-    store: BaseStore | None,
-    models: Models,
-    tools: Sequence[BaseTool],
-    settings: Settings,
-    subagents: Sequence[SubagentSpec],
-    compaction_queue: JobQueue | None = None,
-    parts: Sequence[Part] = (),
-    **seams: Any,
-) -> Graph:
-    """The agent of one environment's configuration: its subagents join ``parts``.
-
-    A ``SubagentsPart`` among ``parts`` wins over ``subagents``; ``seams`` are
-    ``create_builder``'s ``tool_wrappers`` and ``token_counter``.
-    """
-    check_persistence(checkpointer, store)
-    chosen = list(parts)
-    if not any(isinstance(part, SubagentsPart) for part in chosen):
-        chosen.insert(0, SubagentsPart(subagents))
-    builder = create_builder(
-        models=models,
-        tools=tools,
-        settings=settings,
-        head=checkpoint_head(checkpointer),
-        parts=chosen,
-        compaction_queue=compaction_queue,
-        **seams,
-    )
-    return compile_graph(builder, checkpointer=checkpointer, store=store)
+        return compile_graph(builder, checkpointer=checkpointer, store=store)
 
 
 def _subagents(environ: Mapping[str, str], tools: tuple[BaseTool, ...]) -> tuple[SubagentSpec, ...]:

@@ -10,17 +10,17 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
+from ctxgraph.graph.assembly import checked_counter, checked_wrappers, ordered_parts, part_of
 from ctxgraph.graph.builder import Builder, Graph, check_persistence, compile_graph, create_builder
 from ctxgraph.graph.compaction_worker_graph import CompactionWorkerGraph, build_compaction_worker
 from ctxgraph.graph.environment import EnvironmentConfig
-from ctxgraph.graph.extensions import Extensions
 from ctxgraph.graph.forgetting import ForgetGraph, build_forget_graph
 from ctxgraph.graph.memory_worker_graph import WorkerGraph, build_worker_graph
-from ctxgraph.graph.seams import GraphParts
 from ctxgraph.graph.subgraph import SubgraphNode, as_subgraph
 from ctxgraph.nodes.compaction.commit import ThreadHead, checkpoint_head
 from ctxgraph.nodes.compaction.job_queue import JobQueue
 from ctxgraph.nodes.part import Part
+from ctxgraph.nodes.parts import CompactionPart, MemoryPart, SubagentsPart
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.models import Models
 from ctxgraph.state.settings import Settings
@@ -81,16 +81,10 @@ class CtxGraph:
         self.models = models
         self.settings = settings
         self.tools = tuple(tools)
-        self.parts = GraphParts.resolve(parts, {})
-        self.tool_wrappers = tuple(tool_wrappers)
+        self.parts = ordered_parts(parts, settings or Settings(), defaults=False)
+        self.tool_wrappers = checked_wrappers(tool_wrappers)
+        checked_counter(token_counter)
         self.token_counter = token_counter
-        Extensions.checked(
-            summary_prompt=self.parts.compaction.summary_prompt,
-            extraction_prompt=self.parts.memory.extraction_prompt,
-            token_counter=token_counter,
-            tool_wrappers=self.tool_wrappers,
-            ranker=self.parts.memory.ranker,
-        )
         self._environ = environ
 
     @classmethod
@@ -117,7 +111,7 @@ class CtxGraph:
             "models": self.models if self.models is not None else Models.from_env(os.environ),
             "tools": self.tools,
             "settings": self.settings,
-            "parts": self.parts.all,
+            "parts": self.parts,
             "tool_wrappers": self.tool_wrappers,
             "token_counter": self.token_counter,
         }
@@ -156,8 +150,7 @@ class CtxGraph:
                 checkpointer=checkpointer,
                 store=store,
                 compaction_queue=compaction_queue,
-                parts=[p for p in self.parts.all if p is not self.parts.subagents]
-                + self._subagents(),
+                parts=[p for p in self.parts if not _without_subagents(p)],
                 tool_wrappers=self.tool_wrappers,
                 token_counter=self.token_counter,
             )
@@ -166,18 +159,13 @@ class CtxGraph:
         )
         return compile_graph(builder, checkpointer=checkpointer, store=store)
 
-    def _subagents(self) -> list[Part]:
-        """The subagents part when it was given; else the environment's is used."""
-        given = self.parts.subagents
-        return [given] if given.subagents else []
-
     def subgraph(self, *, name: str = "ctxgraph") -> SubgraphNode:
         """The agent as a node of a parent graph (see ``as_subgraph``)."""
         return as_subgraph(**self._seams(), name=name)
 
     def memory_worker(self, *, store: BaseStore | None = None) -> WorkerGraph:
         """The memory worker, extracting with this root's prompt, ranker and counter."""
-        memory = self.parts.memory
+        memory = part_of(self.parts, MemoryPart) or MemoryPart()
         return build_worker_graph(
             self.models,
             self.settings,
@@ -193,9 +181,14 @@ class CtxGraph:
             self.models,
             store=store,
             token_counter=self.token_counter,
-            summary_prompt=self.parts.compaction.summary_prompt,
+            summary_prompt=getattr(part_of(self.parts, CompactionPart), "summary_prompt", None),
         )
 
     def forget(self) -> ForgetGraph:
         """The forget graph a server serves (the server injects the Store)."""
         return build_forget_graph()
+
+
+def _without_subagents(part: Part) -> bool:
+    """A subagents part with no subagents: the environment's subagents are used instead."""
+    return isinstance(part, SubagentsPart) and not part.subagents

@@ -33,7 +33,7 @@ from langgraph.types import StateSnapshot
 
 from ctxgraph.graph.builder import Graph, create_builder
 from ctxgraph.graph.input_check import attach_input_check
-from ctxgraph.graph.seams import PART_KEYWORDS, GraphParts, old_keywords
+from ctxgraph.graph.seams import PART_KEYWORDS, old_keywords, with_old_parts
 from ctxgraph.nodes.part import Part
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
 from ctxgraph.state.graph_state import InputState
@@ -78,7 +78,7 @@ def as_subgraph(
         tool_wrappers: Wrap every tool call of the child, the first outermost, as in
             ``create_builder``.
         **deprecated: ``summary_prompt``, ``extraction_prompt``, ``ranker`` and
-            ``subagents`` still work for one release, with a ``DeprecationWarning``
+            ``subagents`` still work until 0.3.0, with a ``DeprecationWarning``
             naming the part that takes each now.
 
     Returns:
@@ -96,7 +96,7 @@ def as_subgraph(
         models=models,
         tools=tools,
         settings=settings,
-        parts=GraphParts.resolve(parts, old).all,
+        parts=with_old_parts(parts, old),
         token_counter=token_counter,
         tool_wrappers=tool_wrappers,
     )

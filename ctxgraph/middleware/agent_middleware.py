@@ -15,19 +15,13 @@ from langchain.agents.middleware import (
     AgentMiddleware,
     ModelRequest,
     ModelResponse,
-    hook_config,
 )
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 
 from ctxgraph.middleware.host import MiddlewareHost, ModelResult
-from ctxgraph.middleware.schemas import (
-    CompactionState,
-    CtxgraphState,
-    MemoryState,
-    SkillsState,
-)
+from ctxgraph.middleware.schemas import private_state
 from ctxgraph.nodes.part import Part
 from ctxgraph.nodes.parts import CompactionPart, MemoryPart, OffloadPart, SkillsPart
 from ctxgraph.nodes.skills.sources import SkillSources, has_sources
@@ -51,11 +45,14 @@ class CtxgraphMiddleware(AgentMiddleware[Any, Any, Any]):
     The host's first middleware (the leader) assembles every model request from the
     thread's state as ctxgraph's ``model`` node does, answers unreadable tool calls as
     the ``invalid_calls`` node does, and runs every tool call through the ``tools``
-    node's wrappers; the others hand those calls on. When a run starts the leader checks
-    the run's identity, refuses another user's thread and claims an unowned one.
+    node's wrappers; the others hand those calls on. A class defines only the hooks it
+    works in, since ``create_agent`` makes a graph step of each ``before_*``/``after_*``
+    hook; the model and tool-call wrappers are no steps. When a run starts the host
+    checks the run's identity, refuses another user's thread and claims an unowned one
+    (``MiddlewareHost.starts_in``).
     """
 
-    state_schema = CtxgraphState
+    state_schema = private_state("CtxgraphState", None)
 
     def __init__(self, part: Part, host: MiddlewareHost | None = None) -> None:
         """Register ``part`` with ``host`` (a host of its own when None)."""
@@ -71,18 +68,6 @@ class CtxgraphMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _leads(self) -> bool:
         return self.host.leader is self
-
-    def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """The leader checks the identity, refuses another user's thread, claims it."""
-        if self._leads():
-            self.host.start(runtime)
-        return None
-
-    async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Async :meth:`before_agent`."""
-        if self._leads():
-            await self.host.astart(runtime)
-        return None
 
     def wrap_model_call(
         self,
@@ -103,16 +88,6 @@ class CtxgraphMiddleware(AgentMiddleware[Any, Any, Any]):
         if not self._leads():
             return await handler(request)
         return await self.host.amodel_call(request, handler)
-
-    @hook_config(can_jump_to=["model"])
-    def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """The leader answers unreadable tool calls with error results."""
-        return self.host.invalid_calls(state) if self._leads() else None
-
-    @hook_config(can_jump_to=["model"])
-    async def aafter_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Async :meth:`after_model`."""
-        return self.host.invalid_calls(state) if self._leads() else None
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Execute) -> ToolResult:
         """The leader runs each tool call through the parts' wrappers and gates."""
@@ -136,7 +111,7 @@ class CompactionMiddleware(CtxgraphMiddleware):
     the hash chain and the mark, or a background job in background mode.
     """
 
-    state_schema = CompactionState
+    state_schema = private_state("CompactionState", CompactionPart.state)
 
     def __init__(
         self, *, summary_prompt: str | None = None, host: MiddlewareHost | None = None
@@ -162,7 +137,7 @@ class MemoryMiddleware(CtxgraphMiddleware):
     gate. The user comes from the run's context or ``configurable`` (``identity``).
     """
 
-    state_schema = MemoryState
+    state_schema = private_state("MemoryState", MemoryPart.state)
 
     def __init__(
         self,
@@ -175,15 +150,11 @@ class MemoryMiddleware(CtxgraphMiddleware):
         super().__init__(MemoryPart(extraction_prompt, ranker), host)
 
     def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Load the user's memory for the turn (after the leader's start, when it leads)."""
-        if self._leads():
-            self.host.start(runtime)
+        """Start the run (the owner check), then load the user's memory for the turn."""
         return self.host.load(state, runtime)
 
     async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`before_agent`."""
-        if self._leads():
-            await self.host.astart(runtime)
         return await self.host.aload(state, runtime)
 
     def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -215,7 +186,7 @@ class SkillsMiddleware(CtxgraphMiddleware):
     ``ToolMessage`` with status ``error`` (the policy gate among the tool wrappers).
     """
 
-    state_schema = SkillsState
+    state_schema = private_state("SkillsState", SkillsPart.state)
 
     def __init__(
         self, *, skills: SkillSources | None = None, host: MiddlewareHost | None = None

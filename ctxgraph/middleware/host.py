@@ -32,16 +32,13 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ctxgraph.graph.builder import PartAssembly
-from ctxgraph.graph.extensions import Extensions
+from ctxgraph.graph.assembly import Assembly, checked_counter, memory_loader, ordered_parts
 from ctxgraph.middleware.identity import ctx_runtime, ctx_tool_request, with_context
-from ctxgraph.nodes.compaction.node import CompactNode
 from ctxgraph.nodes.invalid_calls import invalid_calls_node
 from ctxgraph.nodes.memory.load import MemoryLoader
-from ctxgraph.nodes.memory.node import MemoryNodes
-from ctxgraph.nodes.model import ModelCall, ModelNode
+from ctxgraph.nodes.model import ModelCall
 from ctxgraph.nodes.part import Part, PartSetup
-from ctxgraph.nodes.parts import CompactionPart, MemoryPart, OffloadPart, SkillsPart
+from ctxgraph.nodes.parts import CompactionPart, MemoryPart
 from ctxgraph.nodes.request import SYSTEM_PROMPT_ID
 from ctxgraph.nodes.tools.wrappers import AsyncExecute, Execute, ToolResult, ToolWrapperChain
 from ctxgraph.state.context import Context, validate_thread_id
@@ -59,20 +56,14 @@ from ctxgraph.store.ownership import (
     thread_owner,
 )
 
-KIND_ORDER: tuple[type[Part], ...] = (SkillsPart, CompactionPart, OffloadPart, MemoryPart)
-"""The order the graph binds the built-in parts' tools in (``built_in_parts``)."""
-
 ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 
 
 @dataclass(frozen=True)
 class _Nodes:
-    """The nodes of one agent model and tool list, as ``create_builder`` builds them."""
+    """The assembly of one agent model, prompt and tool list, and its tool-call chain."""
 
-    assembly: PartAssembly
-    model: ModelNode
-    compact: CompactNode
-    memory: MemoryNodes | None
+    assembly: Assembly
     tools: ToolWrapperChain
 
 
@@ -129,7 +120,9 @@ class MiddlewareHost:
     ``ctxgraph_middleware`` gives its list one host; a middleware made on its own makes
     its own. The first middleware registered leads: it alone assembles the model request
     and wraps tool calls for every part of the host, so two middleware of one host never
-    do the same work twice.
+    do the same work twice. A run starts (the owner check) in the first hook the host's
+    parts have: the memory middleware's ``before_agent``, else the compaction
+    middleware's ``before_model``, else the leader's model call (``starts_in``).
     """
 
     def __init__(
@@ -143,6 +136,7 @@ class MiddlewareHost:
         self.models = models
         self.settings = settings or Settings()
         self._counter = token_counter
+        checked_counter(token_counter)
         self._parts: list[Part] = []
         self._part_tools: set[str] = set()
         self.leader: object | None = None
@@ -173,8 +167,7 @@ class MiddlewareHost:
                 "ctxgraph middleware once per agent"
             )
         with self._lock:
-            self._parts.append(part)
-            self._parts.sort(key=_kind_rank)
+            self._parts = ordered_parts([*self._parts, part], self.settings, defaults=False)
             self._nodes.clear()
             self._loader = None
             if self.leader is None:
@@ -187,6 +180,13 @@ class MiddlewareHost:
     def part(self, kind: type[Part]) -> Part | None:
         """The host's part of ``kind``, if it has one."""
         return next((p for p in self._parts if isinstance(p, kind)), None)
+
+    @property
+    def starts_in(self) -> str:
+        """The hook that starts a run: ``before_agent``, ``before_model`` or ``model_call``."""
+        if self.part(MemoryPart) is not None:
+            return "before_agent"
+        return "before_model" if self.part(CompactionPart) is not None else "model_call"
 
     def host_settings(self) -> Settings:
         """The settings, with memory off when no memory middleware is in the list."""
@@ -232,48 +232,17 @@ class MiddlewareHost:
         settings = self.host_settings()
         if self._prompt is not None:
             settings = replace(settings, system_prompt=self._prompt)
-        models = self._models(main)
-        compaction = self.part(CompactionPart)
-        memory = self.part(MemoryPart)
-        extensions = Extensions.checked(
-            summary_prompt=getattr(compaction, "summary_prompt", None),
-            extraction_prompt=getattr(memory, "extraction_prompt", None),
-            token_counter=self._counter,
-            ranker=getattr(memory, "ranker", None),
+        assembly = Assembly(
+            self._models(main), self._user_tools, settings, self._parts, token_counter=self._counter
         )
-        assembly = PartAssembly(models, self._user_tools, settings, self._parts, extensions)
-        requests = assembly.requests
-        compact = CompactNode(
-            models,
-            requests,
-            settings,
-            assembly.counter,
-            summary_prompt=extensions.summary_prompt,
-        )
-        memory_nodes = None
-        if isinstance(memory, MemoryPart) and settings.memory_extraction != "off":
-            memory_nodes = MemoryNodes(
-                models,
-                compact.planner,
-                settings,
-                extraction_prompt=extensions.extraction_prompt,
-                repositories=memory.repositories(settings),
-            )
-        model = ModelNode(main, assembly.tools, settings, requests, assembly.parts)
-        chain = ToolWrapperChain(tuple(assembly.wrappers()))
-        return _Nodes(assembly, model, compact, memory_nodes, chain)
+        return _Nodes(assembly, ToolWrapperChain(tuple(assembly.wrappers)))
 
     def loader(self) -> MemoryLoader | None:
         """The ``load_memory`` node's loader (it needs no model), None with memory off."""
-        settings = self.host_settings()
-        memory = self.part(MemoryPart)
-        if not isinstance(memory, MemoryPart) or settings.memory_mode == "off":
-            return None
         with self._lock:
             if self._loader is None:
-                counter = Extensions.checked(token_counter=self._counter).counter()
-                repositories = memory.repositories(settings)
-                self._loader = MemoryLoader(settings, repositories=repositories, counter=counter)
+                counter = checked_counter(self._counter)
+                self._loader = memory_loader(self._parts, self.host_settings(), counter)
         return self._loader
 
     # -- before_agent: the owner check and load_memory -----------------------------
@@ -289,21 +258,17 @@ class MiddlewareHost:
         if owner is None:
             yield from io(record_owner, arecord_owner, rt.store, thread_id, rt.context.user_id)
 
-    def start(self, runtime: Runtime[Any]) -> None:
-        """When a run starts: check the identity, refuse another user's thread, claim it.
+    def _start_in(self, hook: str, runtime: Runtime[Any]) -> Flow[None]:
+        """The run's start in ``hook`` when it is the host's first (see ``starts_in``).
 
-        Raises:
-            ContextError: No usable identity; ``ThreadOwnerError`` for another user's
-                thread.
-
+        It checks the identity, refuses another user's thread and claims an unowned one:
+        ``ContextError`` for no usable identity, ``ThreadOwnerError`` for another user's.
         """
-        run(self._start(runtime))
-
-    async def astart(self, runtime: Runtime[Any]) -> None:
-        """Async :meth:`start`."""
-        await arun(self._start(runtime))
+        if self.starts_in == hook:
+            yield from self._start(runtime)
 
     def _load(self, state: AgentState, runtime: Runtime[Any]) -> Flow[dict[str, Any] | None]:
+        yield from self._start_in("before_agent", runtime)
         loader = self.loader()
         if loader is None:
             return None
@@ -311,7 +276,7 @@ class MiddlewareHost:
         return (yield from io(loader.load, loader.aload, state, rt)) or None
 
     def load(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """The ``load_memory`` node's step (the view and selection of the turn)."""
+        """When a run starts: the owner check, then the ``load_memory`` node's step."""
         return run(self._load(state, runtime))
 
     async def aload(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -325,22 +290,23 @@ class MiddlewareHost:
     ) -> Flow[dict[str, Any]]:
         """The ``flush`` node's step (with memory), then the ``compact`` node's."""
         update: dict[str, Any] = {}
-        if nodes.memory is not None:
-            memory = nodes.memory
+        if nodes.assembly.memory is not None:
+            memory = nodes.assembly.memory
             update = yield from io(memory.flush, memory.aflush, state, rt, config)
-        compact = nodes.compact
+        compact = nodes.assembly.compact
         done = yield from io(compact.invoke, compact.ainvoke, applied(state, update), rt, config)
         return merged(update, done)
 
     def _before_model(
         self, state: AgentState, runtime: Runtime[Any]
     ) -> Flow[dict[str, Any] | None]:
+        yield from self._start_in("before_model", runtime)
         nodes = self.nodes() if self._called else None
         if nodes is None:
             return None  # the agent's model or prompt is not known yet: the model call compacts
         config = _config()
         rt = ctx_runtime(runtime, config)
-        if nodes.compact.route(state, rt) != "compact":
+        if nodes.assembly.compact.route(state, rt) != "compact":
             return None
         return (yield from self._compaction(nodes, state, rt, config))
 
@@ -363,14 +329,14 @@ class MiddlewareHost:
         assert nodes is not None  # a model was given
         rt = ctx_runtime(request.runtime, _config())
         settings = replace(
-            nodes.model.settings_of(rt), system_prompt=request.system_prompt or NO_PROMPT
+            nodes.assembly.model.settings_of(rt), system_prompt=request.system_prompt or NO_PROMPT
         )
         return nodes, rt, settings, request.state  # type: ignore[return-value]
 
     def _request(
         self, request: ModelRequest[Any], nodes: _Nodes, call: ModelCall, settings: Settings
     ) -> ModelRequest[Any]:
-        system, messages = _split_system(nodes.model.sent(call.request, settings))
+        system, messages = _split_system(nodes.assembly.model.sent(call.request, settings))
         chosen = call.tool_names
         tools = [t for t in request.tools if not isinstance(t, BaseTool) or t.name in chosen]
         # In the graph's binding order (the agent's tools, then each part's), not
@@ -389,12 +355,13 @@ class MiddlewareHost:
         A compaction that ``before_model`` could not run (the host learns the agent's
         model at its first call in a process) runs first, flush included.
         """
+        yield from self._start_in("model_call", request.runtime)
         nodes, rt, settings, state = self._call(request)
         first: dict[str, Any] = {}
-        if nodes.compact.route(state, rt) == "compact":
+        if nodes.assembly.compact.route(state, rt) == "compact":
             first = yield from self._compaction(nodes, state, rt, _config())
             state = applied(state, first)
-        model = nodes.model
+        model = nodes.assembly.model
         store = rt.store
         before = yield from io(model.before_parts, model.abefore_parts, state, settings, store)
         call = model.prepare(state, settings, before)
@@ -402,7 +369,9 @@ class MiddlewareHost:
             return _answered(merged(first, call), None)
         sent = self._request(request, nodes, call, settings)
         response = yield Io(partial(handler, sent), partial(handler, sent))
-        return _answered(merged(first, model.reply_update(_reply(response), call)), response)
+        update = model.reply_update(_reply(response), call)
+        answered = invalid_calls(applied(state, update))
+        return _answered(merged(first, merged(update, answered or {})), response)
 
     def model_call(
         self,
@@ -419,23 +388,6 @@ class MiddlewareHost:
     ) -> ModelResult:
         """Async :meth:`model_call`."""
         return await arun(self._model_step(request, handler))
-
-    # -- after_model: answer invalid calls -----------------------------------------
-
-    def invalid_calls(self, state: AgentState) -> dict[str, Any] | None:
-        """Error results for the answer's unreadable calls; the model reads them next.
-
-        As the graph's ``invalid_calls`` node: with readable calls too, those run first
-        and the model sees every result.
-        """
-        messages = state.get("messages") or []
-        last = messages[-1] if messages else None
-        if not isinstance(last, AIMessage) or not last.invalid_tool_calls:
-            return None
-        update: dict[str, Any] = dict(invalid_calls_node(state))
-        if not last.tool_calls:
-            update["jump_to"] = "model"
-        return update
 
     # -- wrap_tool_call: the tools node's wrappers ------------------------------------
 
@@ -478,11 +430,11 @@ class MiddlewareHost:
 
     def _finish(self, state: AgentState, runtime: Runtime[Any]) -> Flow[dict[str, Any] | None]:
         nodes = self.nodes()
-        if nodes is None or nodes.memory is None:
+        if nodes is None or nodes.assembly.memory is None:
             return None
         config = _config()
         rt = ctx_runtime(runtime, config)
-        memory = nodes.memory
+        memory = nodes.assembly.memory
         update = yield from io(memory.extract_turn, memory.aextract_turn, state, rt, config)
         return update or None
 
@@ -495,11 +447,18 @@ class MiddlewareHost:
         return await arun(self._finish(state, runtime))
 
 
-def _kind_rank(part: Part) -> int:
-    for rank, kind in enumerate(KIND_ORDER):
-        if isinstance(part, kind):
-            return rank
-    return len(KIND_ORDER)
+def invalid_calls(state: AgentState) -> dict[str, Any] | None:
+    """The ``invalid_calls`` node's update when the answer has unreadable calls, else None.
+
+    The answer comes back with every call answered or pending, so ``create_agent`` runs
+    its readable calls, or, with none, calls the model again (the compaction check
+    first), as the graph's ``invalid_calls`` node routes.
+    """
+    messages = state.get("messages") or []
+    last = messages[-1] if messages else None
+    if not isinstance(last, AIMessage) or not last.invalid_tool_calls:
+        return None
+    return dict(invalid_calls_node(state))
 
 
 def _reply(response: ModelResponse[Any] | AIMessage) -> AIMessage:
@@ -517,19 +476,20 @@ def _answered(
 ) -> ModelResult:
     """The model node's update as a model response plus a state command.
 
-    The answer is the response; messages the step adds before it (a compaction's) and
+    The answer (the step's last ``AIMessage``) is the response; the messages the step adds
+    around it (a compaction's before, the error results of unreadable calls after) and
     every other key go in the command, applied after the answer with the state's
-    reducers, so the answer is repeated at the end of the command's messages.
+    reducers, so the answer is repeated in its place among the command's messages.
     """
-    messages: list[AnyMessage] = list(update.pop("messages", []))
-    answer = messages[-1] if messages and isinstance(messages[-1], AIMessage) else None
+    by_id = {m.id or id(m): m for m in update.pop("messages", [])}
+    messages: list[AnyMessage] = list(by_id.values())
+    answer = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
     structured = getattr(response, "structured_response", None)
     result = ModelResponse(
         result=[answer] if answer is not None else [], structured_response=structured
     )
-    earlier = messages[:-1] if answer is not None else messages
-    if earlier:
-        update["messages"] = [*earlier, *([answer] if answer is not None else [])]
+    if [m for m in messages if m is not answer]:
+        update["messages"] = messages
     if not update:
         return result
     return ExtendedModelResponse(model_response=result, command=Command(update=update))

@@ -1,61 +1,40 @@
-"""The state each ctxgraph middleware adds to a ``create_agent`` agent.
+"""The state each ctxgraph middleware adds to a ``create_agent`` agent: its part's state.
 
-The keys and reducers are those of ctxgraph's own graph (``ctxgraph.state.graph_state``),
-so a thread run by ``create_agent`` holds what a ctxgraph thread holds, and the tools that
-read ctxgraph threads (``ctxgraph threads show/verify``, ``ctxgraph forget``) read it too.
-A key two middleware share has the same type and reducer in both.
+The keys and reducers are the parts' own (``Part.state``, the core keys of
+``ctxgraph.state.graph_state``), so a thread run by ``create_agent`` holds what a ctxgraph
+thread holds, and the tools that read ctxgraph threads (``ctxgraph threads show/verify``,
+``ctxgraph forget``) read it too. Every key is internal: none is agent input (a caller's
+``memory_view`` or ``tools_unlocked`` is dropped), and only what the graph returns
+(``summary``) is agent output.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, get_args, get_origin, get_type_hints
 
-from langchain.agents.middleware import AgentState
-from langgraph.channels import UntrackedValue
+from langchain.agents.middleware.types import OmitFromInput, PrivateStateAttr
+from typing_extensions import TypedDict
 
-from ctxgraph.state.calibration import TokenCalibration
-from ctxgraph.state.compaction_state import (
-    CompactionJob,
-    CompactionMark,
-    CompactionRetry,
-    SummaryRecord,
-)
-from ctxgraph.state.graph_state import add_refusals
-from ctxgraph.state.memory_notes import MemoryNotes, MemorySelection
-from ctxgraph.state.placement import MemoryPlacement
-from ctxgraph.state.skill_context import SkillContextEntry, merge_skill_context
-from ctxgraph.state.tool_unlocks import merge_unlocked
-from ctxgraph.state.usage import UsageTotals, add_usage
+from ctxgraph.state.graph_state import CoreState, OutputState
 
 
-class CtxgraphState(AgentState[Any]):
-    """What every ctxgraph middleware keeps: model usage, token calibration, unlocked tools."""
-
-    model_usage: NotRequired[Annotated[UsageTotals, add_usage]]
-    token_calibration: NotRequired[TokenCalibration | None]
-    tools_unlocked: NotRequired[Annotated[list[str], merge_unlocked]]
-
-
-class CompactionState(CtxgraphState):
-    """The verified record, the compaction mark and the compaction's retry and job state."""
-
-    summary: NotRequired[SummaryRecord | None]
-    compaction: NotRequired[CompactionMark | None]
-    compaction_retry: NotRequired[Annotated[CompactionRetry | None, add_refusals]]
-    compaction_job: NotRequired[CompactionJob | None]
+def private_state(name: str, state: type[Any] | None) -> type[Any]:
+    """The core keys and ``state``'s as a middleware schema, none of them agent input."""
+    fields: dict[str, Any] = {}
+    for source in (CoreState, *([state] if state else [])):
+        for key, kind in get_type_hints(source, include_extras=True).items():
+            mark = OmitFromInput if key in OutputState.__annotations__ else PrivateStateAttr
+            fields[key] = _marked(kind, mark)
+    schema: type[Any] = TypedDict(name, fields)  # type: ignore[misc]
+    return schema
 
 
-class MemoryState(CtxgraphState):
-    """The turn's memory view, its selection and the window's notes."""
+def _marked(kind: Any, mark: object) -> Any:
+    """``NotRequired[Annotated[T, mark, ...]]`` for a ``NotRequired`` field type ``kind``.
 
-    memory_view: NotRequired[str]
-    memory_placement: NotRequired[MemoryPlacement | None]
-    memory_selection: NotRequired[MemorySelection | None]
-    memory_notes: NotRequired[MemoryNotes | None]
-    memory_turn: NotRequired[Annotated[dict[str, Any] | None, UntrackedValue(dict, guard=False)]]
-
-
-class SkillsState(CtxgraphState):
-    """The active skills, kept apart from the messages so compaction never folds them."""
-
-    skill_context: NotRequired[Annotated[list[SkillContextEntry], merge_skill_context]]
+    The mark goes first: LangGraph takes a field's reducer from its last annotation.
+    """
+    inner = get_args(kind)[0] if get_origin(kind) is NotRequired else kind
+    if get_origin(inner) is Annotated:
+        return NotRequired[Annotated[(inner.__origin__, mark, *inner.__metadata__)]]
+    return NotRequired[Annotated[inner, mark]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
@@ -51,6 +51,8 @@ class PartSetup:
     settings: Settings
     counter: TokenCounter
     tools: tuple[BaseTool, ...] = ()
+    caller_tools: tuple[BaseTool, ...] = ()
+    """The caller's own tools, in every setup."""
 
     @property
     def main(self) -> BaseChatModel:
@@ -100,6 +102,10 @@ class Part:
     """
 
     rank: int = 50
+    state: ClassVar[type[Any] | None] = None
+    """The keys the part keeps in the thread: a TypedDict whose fields carry their
+    reducers (``Annotated[list[str], merge]``), or None. The graph's state is ``messages``,
+    the core keys and every part's state, so a caller's part keeps its own keys too."""
 
     def tools(self, setup: PartSetup) -> Sequence[BaseTool]:
         """The tools the part adds; a ``GatedTool`` says when it is bound."""

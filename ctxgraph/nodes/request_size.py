@@ -50,7 +50,3 @@ class RequestMeasurer(Protocol):
     def measure_state(self, state: AgentState, settings: Settings) -> RequestSize:
         """Size of the request ``build(state, settings)`` makes."""
         ...
-
-    def summary_tokens(self, state: AgentState, settings: Settings) -> int:
-        """Tokens of the summary message a request for ``state`` carries (0 without one)."""
-        ...

@@ -52,14 +52,48 @@ class OutputState(TypedDict):
     summary: NotRequired[SummaryRecord | None]
 
 
-class AgentState(TypedDict):
-    """The checkpointed thread state; ``messages`` is the working window only."""
+class CoreState(TypedDict):
+    """What every host keeps beside the features' state: usage, calibration, unlocked tools."""
 
-    messages: Annotated[list[AnyMessage], add_messages]
+    token_calibration: NotRequired[TokenCalibration | None]
+    """Reported input tokens per locally counted token of the main model's requests
+    (``ctxgraph.state.calibration``): every request size the triggers, budgets and the
+    window check compare is the local count times this factor. Absent with a caller's
+    ``token_counter``, or before the main model's first answer that reports usage.
+    """
+    model_usage: NotRequired[Annotated[UsageTotals, add_usage]]
+    """Tokens the thread's model calls cost, totalled per role (``ctxgraph.state.usage``):
+    the main model's answers and every summary, memory and background call ctxgraph makes
+    on its own. Each update adds to the totals; ``ctxgraph threads show T --usage`` prints
+    them.
+    """
+    tools_unlocked: NotRequired[Annotated[list[str], merge_unlocked]]
+    """Built-in tools the thread has unlocked (``read_artifact`` and ``grep_artifact`` once
+    it had an artifact, ``read_history`` once it had an archive), sorted. A union: a name
+    stays once added, so a compaction that folds the stub does not unbind the tool.
+    """
+
+
+class CompactionState(TypedDict):
+    """The compaction part's state: the verified record, the mark, the retry and job."""
+
     summary: NotRequired[SummaryRecord | None]
     """The current verified summary: four sections plus the code-derived ledger."""
     compaction: NotRequired[CompactionMark | None]
     """The compaction mark: version, cursor, checksum and chain hash of the archive."""
+    compaction_retry: NotRequired[Annotated[CompactionRetry | None, add_refusals]]
+    """After refused compactions: how many in a row (``attempts``) and the last ``reason``.
+
+    Each further attempt keeps fewer messages; a committed compaction clears it.
+    """
+    compaction_job: NotRequired[CompactionJob | None]
+    """Background mode: the job known for the thread's current compaction version
+    (``base_version``, ``state`` running/busy/ready, ``since``); cleared by a compaction."""
+
+
+class MemoryState(TypedDict):
+    """The memory part's state: the turn's view, selection, notes and Store reads."""
+
     memory_view: NotRequired[str]
     """This turn's rendered long-term memory; added to each request, never to ``messages``."""
     memory_placement: NotRequired[MemoryPlacement | None]
@@ -79,37 +113,29 @@ class AgentState(TypedDict):
     An ``UntrackedValue``: never checkpointed, so every run (and a run resumed after an
     interrupt) starts without it and reads the Store again.
     """
-    compaction_retry: NotRequired[Annotated[CompactionRetry | None, add_refusals]]
-    """After refused compactions: how many in a row (``attempts``) and the last ``reason``.
 
-    Each further attempt keeps fewer messages; a committed compaction clears it.
-    """
-    compaction_job: NotRequired[CompactionJob | None]
-    """Background mode: the job known for the thread's current compaction version
-    (``base_version``, ``state`` running/busy/ready, ``since``); cleared by a compaction."""
+
+class SkillState(TypedDict):
+    """The skills part's state: the active skills."""
+
     skill_context: NotRequired[Annotated[list[SkillContextEntry], merge_skill_context]]
     """The active skills: de-duplicated by path, most recent last, at most
     ``Settings.max_active_skills``. Kept apart from ``messages``, so compaction never folds it.
     """
+
+
+class DelegationState(TypedDict):
+    """The subagents part's state: the delegation record."""
+
     delegations: NotRequired[Annotated[DelegationRecord, merge_delegations]]
     """One entry per ``task`` call (type, brief, status, refs), at most 50 with older
     finished ones folded into counts. Kept apart from ``messages``, so compaction never
     folds it; every request renders it.
     """
-    token_calibration: NotRequired[TokenCalibration | None]
-    """Reported input tokens per locally counted token of the main model's requests
-    (``ctxgraph.state.calibration``): every request size the triggers, budgets and the
-    window check compare is the local count times this factor. Absent with a caller's
-    ``token_counter``, or before the main model's first answer that reports usage.
-    """
-    model_usage: NotRequired[Annotated[UsageTotals, add_usage]]
-    """Tokens the thread's model calls cost, totalled per role (``ctxgraph.state.usage``):
-    the main model's answers and every summary, memory and background call ctxgraph makes
-    on its own. Each update adds to the totals; ``ctxgraph threads show T --usage`` prints
-    them.
-    """
-    tools_unlocked: NotRequired[Annotated[list[str], merge_unlocked]]
-    """Built-in tools the thread has unlocked (``read_artifact`` and ``grep_artifact`` once
-    it had an artifact, ``read_history`` once it had an archive), sorted. A union: a name
-    stays once added, so a compaction that folds the stub does not unbind the tool.
+
+
+class AgentState(InputState, CoreState, CompactionState, MemoryState, SkillState, DelegationState):
+    """The checkpointed thread state: the window, the core keys, every built-in part's state.
+
+    ``messages`` is the working window only; each part's keys are its ``Part.state``.
     """

@@ -13,10 +13,9 @@ from ctxgraph.nodes.compaction.render import render_summary
 from ctxgraph.nodes.part import Part, PartSetup
 from ctxgraph.nodes.tools.history import read_history_tool
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
-from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.graph_state import AgentState, CompactionState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.settings import Settings
-from ctxgraph.state.tokens import TokenCounter
 
 SUMMARY_MESSAGE_ID = "ctxgraph-summary"
 
@@ -39,6 +38,7 @@ class CompactionPart(Part):
     """
 
     rank = 10
+    state = CompactionState
 
     def __init__(self, summary_prompt: str | None = None) -> None:
         self.summary_prompt = summary_prompt
@@ -76,11 +76,3 @@ class CompactionPart(Part):
         if checksum:
             self._cache = (key, message)
         return message
-
-    def summary_tokens(self, state: AgentState, settings: Settings, counter: TokenCounter) -> int:
-        """Tokens of the summary message a request for ``state`` carries (0 without one)."""
-        summary = state.get("summary")
-        if not summary:
-            return 0
-        mark = state.get("compaction") or {}
-        return counter.count_message(self.summary_message(summary, mark, settings))

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from copy import copy
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import BaseTool
 
+from ctxgraph.nodes.memory.extract import check_extraction_prompt
 from ctxgraph.nodes.memory.notes import note_index, note_message, plan_notes, record_of
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.part import Part, PartSetup, Placement, TurnMessage
 from ctxgraph.nodes.request import latest_user_index, view_digest
-from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.graph_state import AgentState, MemoryState
 from ctxgraph.state.memory_notes import MemoryNote, MemoryNotes
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY
 from ctxgraph.state.placement import MemoryPlacement
@@ -63,6 +65,7 @@ class MemoryPart(Part):
     """
 
     rank = 20
+    state = MemoryState
 
     def __init__(
         self,
@@ -71,8 +74,21 @@ class MemoryPart(Part):
         *,
         repositories: tuple[Settings, RepositoryFactory] | None = None,
     ) -> None:
-        """``repositories`` are those made for a graph's settings, shared when prepared."""
-        self.extraction_prompt = extraction_prompt
+        """``repositories`` are those made for a graph's settings, shared when prepared.
+
+        Raises:
+            PromptTemplateError: ``extraction_prompt`` cannot be filled.
+            TypeError: ``ranker`` is not a ``Ranker``.
+
+        """
+        if ranker is not None and not isinstance(ranker, Ranker):
+            raise TypeError(
+                "ranker must be a callable (sources, top_k, now, age_from, *, query) -> "
+                f"list[Fact] (see ctxgraph.store.memory.ranking.Ranker), got {ranker!r}"
+            )
+        self.extraction_prompt = (
+            None if extraction_prompt is None else check_extraction_prompt(extraction_prompt)
+        )
         self.ranker = ranker
         self._repositories = repositories
         # The memory message of the latest view; a turn's requests all carry the same one.
@@ -94,7 +110,9 @@ class MemoryPart(Part):
 
     def prepared(self, setup: PartSetup) -> MemoryPart:
         """A part of its own for one graph (it caches the view's message)."""
-        return MemoryPart(self.extraction_prompt, self.ranker, repositories=self._repositories)
+        part = copy(self)
+        part._cache, part._notes, part._plan = None, {}, None
+        return part
 
     def tools(self, setup: PartSetup) -> Sequence[BaseTool]:
         """``memory_search`` unless memory is off; the run's memory mode binds it."""

@@ -18,7 +18,7 @@ from ctxgraph.nodes.skills.sources import SkillSources, has_sources
 from ctxgraph.nodes.skills.tools import SkillTools
 from ctxgraph.nodes.skills.view import NO_SKILLS, SkillParts, SkillRequests
 from ctxgraph.nodes.tools.wrappers import ToolWrapper
-from ctxgraph.state.graph_state import AgentState
+from ctxgraph.state.graph_state import AgentState, SkillState
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.store.skills import SkillSnapshot, unknown_tools
@@ -38,6 +38,7 @@ class SkillsPart(Part):
     """
 
     rank = 30
+    state = SkillState
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Builds what a graph with subagents adds: the ``task`` tool, the child graphs, the node."""
+"""Builds what a graph with subagents adds: the child graphs, the router and the node."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 
-from ctxgraph.graph.paired_node import paired_node
 from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
 from ctxgraph.nodes.offload.results import ResultOffloader
+from ctxgraph.nodes.paired_node import paired_node
 from ctxgraph.nodes.subagents.child import (
     ChildModel,
     ChildState,
@@ -20,7 +20,7 @@ from ctxgraph.nodes.subagents.child import (
 )
 from ctxgraph.nodes.subagents.node import Child, SubagentNode
 from ctxgraph.nodes.subagents.route import SUBAGENT_NODE, SubagentRouter
-from ctxgraph.nodes.subagents.tool import TASK_TOOL, task_tool
+from ctxgraph.nodes.subagents.tool import TASK_TOOL
 from ctxgraph.nodes.tools import tools_node
 from ctxgraph.state.context import Context
 from ctxgraph.state.settings import Settings
@@ -102,18 +102,14 @@ def _child_graph(
     return Child(spec, builder.compile(name=f"subagent-{spec.name}"))
 
 
-def build_delegation(
-    specs: Sequence[SubagentSpec] | bool,
-    main: BaseChatModel,
-    tools: Sequence[BaseTool],
-    settings: Settings,
-) -> Delegation | None:
-    """The ``task`` tool, router and node for ``specs`` (None without subagents).
+def delegated_specs(
+    specs: Sequence[SubagentSpec] | bool, tools: Sequence[BaseTool], settings: Settings
+) -> tuple[SubagentSpec, ...] | None:
+    """The subagents ``specs`` delegate to (None without delegation).
 
     ``specs=True`` means the general-purpose subagent alone; ``False`` or ``()`` means no
     delegation. ``tools`` are the caller's tools, which the general-purpose subagent gets.
-    Children nest ``settings.subagent_max_depth`` levels: a child of the last level has
-    no ``task`` tool. Raises ``ValueError`` when nothing is left to delegate to.
+    Raises ``ValueError`` when nothing is left to delegate to.
     """
     if specs is False or (not isinstance(specs, bool) and not specs):
         return None
@@ -123,7 +119,24 @@ def build_delegation(
             "subagents=True asks for the general-purpose subagent, but "
             "Settings.subagent_general_purpose is False; pass SubagentSpec(...) instances"
         )
-    tool = task_tool(chosen)
+    return chosen
+
+
+def build_delegation(
+    specs: Sequence[SubagentSpec] | bool,
+    main: BaseChatModel,
+    tools: Sequence[BaseTool],
+    settings: Settings,
+    tool: BaseTool,
+) -> Delegation | None:
+    """The router and node of ``tool`` (the ``task`` tool) for ``specs`` (see ``delegated_specs``).
+
+    Children nest ``settings.subagent_max_depth`` levels: a child of the last level has
+    no ``task`` tool.
+    """
+    chosen = delegated_specs(specs, tools, settings)
+    if chosen is None:
+        return None
     level: tuple[BaseTool, SubagentRouter, SubagentNode] | None = None
     for _ in range(settings.subagent_max_depth):
         children = {spec.name: _child_graph(spec, main, settings, level) for spec in chosen}
