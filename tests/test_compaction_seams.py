@@ -23,10 +23,10 @@ from ctxgraph.graph.compaction_worker import build_compaction_worker
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.nodes.compaction.node import CompactNode
+from ctxgraph.nodes.compaction.plan import SummaryJob
 from ctxgraph.nodes.compaction.summarizer import (
     SUMMARY_SYSTEM,
     SummaryError,
-    SummaryJob,
     SummaryWriter,
 )
 from ctxgraph.state import Context, Models, Settings

@@ -43,8 +43,9 @@ from bench.cost_systems import (
     System,
     recording_model,
 )
+from ctxgraph.nodes.compaction.plan import SummaryJob
 from ctxgraph.nodes.compaction.sections import find_sections
-from ctxgraph.nodes.compaction.summarizer import SummaryJob, build_prompt
+from ctxgraph.nodes.compaction.summarizer import build_prompt
 from ctxgraph.state.messages import ORIGIN_KEY
 from ctxgraph.state.tokens import count_text, message_text
 

@@ -2,9 +2,10 @@
 
 Layers, lowest first: ``state``, ``store``, ``nodes``, ``graph``. A module may import its
 own layer and the layers below it, always through the ``ctxgraph`` namespace, never a
-private (underscore) module of LangGraph or LangChain, and module-level imports form no
-cycle, neither between modules nor between components (a layer's subpackages and
-top-level modules, e.g. ``nodes.compaction`` and ``nodes.request``).
+private (underscore) module of LangGraph or LangChain, and module-level imports (the
+type-only ones under ``TYPE_CHECKING`` too) form no cycle anywhere in the package, neither
+between modules nor between components (a layer's subpackages and top-level modules, e.g.
+``nodes.compaction`` and ``nodes.request``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Import:
     relative: bool
     runtime: bool
     """Executed when the importing module is: not inside a function, not type-only."""
+    type_only: bool = False
+    """Under a module-level ``if TYPE_CHECKING:``: read by type checkers and readers alike."""
 
 
 Check = Callable[[str, str, Iterable[Import]], list[str]]
@@ -53,15 +56,19 @@ class _Collector(ast.NodeVisitor):
         self.package = package
         self.imports: list[Import] = []
         self._deferred = 0
+        self._functions = 0
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        self._deferred += 1
-        self.generic_visit(node)
-        self._deferred -= 1
+        self._function(node)
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._function(node)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._deferred += 1
+        self._functions += 1
         self.generic_visit(node)
+        self._functions -= 1
         self._deferred -= 1
 
     def visit_If(self, node: ast.If) -> None:
@@ -91,7 +98,8 @@ class _Collector(ast.NodeVisitor):
         self._add(node.lineno, module, names, relative=True)
 
     def _add(self, line: int, module: str, names: tuple[str, ...], *, relative: bool) -> None:
-        self.imports.append(Import(line, module, names, relative, runtime=not self._deferred))
+        runtime, type_only = not self._deferred, bool(self._deferred and not self._functions)
+        self.imports.append(Import(line, module, names, relative, runtime, type_only))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -166,20 +174,23 @@ def _ancestors(module: str) -> list[str]:
 
 
 def runtime_edges(
-    imports: Mapping[str, Iterable[Import]], modules: Iterable[str] | None = None
+    imports: Mapping[str, Iterable[Import]],
+    modules: Iterable[str] | None = None,
+    *,
+    type_only: bool = False,
 ) -> dict[str, set[str]]:
     """Module -> the known modules its module-level imports load.
 
     Loading ``a.b.c`` also loads the packages ``a`` and ``a.b``, unless the importer is
     inside them (then they are already loading); ``from a import b`` loads ``a.b`` when
-    that is a module.
+    that is a module. With ``type_only``, the imports under ``TYPE_CHECKING`` count too.
     """
     known = set(imports) if modules is None else set(modules)
     edges: dict[str, set[str]] = {module: set() for module in known}
     for module, found in imports.items():
         inside = set(_ancestors(module))
         for item in found:
-            if not item.runtime:
+            if not (item.runtime or (type_only and item.type_only)):
                 continue
             targets = [item.module, *(f"{item.module}.{name}" for name in item.names)]
             targets += _ancestors(item.module)
@@ -245,25 +256,24 @@ class Source:
 
 @cache
 def repository() -> tuple[Source, ...]:
-    """Every module under the layer folders."""
+    """Every module of the package: the layers, and those beside them (the middleware)."""
     sources: list[Source] = []
-    for layer in LAYERS:
-        for file in sorted((PACKAGE / layer).rglob("*.py")):
-            relative = file.relative_to(PACKAGE)
-            parts = [NAMESPACE, *relative.with_suffix("").parts]
-            is_package = parts[-1] == "__init__"
-            if is_package:
-                parts.pop()
-            module = ".".join(parts)
-            package = module if is_package else module.rpartition(".")[0]
-            found = imports_in(file.read_text(encoding="utf-8"), package)
-            sources.append(Source(relative.as_posix(), module, tuple(found)))
+    for file in sorted(PACKAGE.rglob("*.py")):
+        relative = file.relative_to(PACKAGE)
+        parts = [NAMESPACE, *relative.with_suffix("").parts]
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        module = ".".join(parts)
+        package = module if is_package else module.rpartition(".")[0]
+        found = imports_in(file.read_text(encoding="utf-8"), package)
+        sources.append(Source(relative.as_posix(), module, tuple(found)))
     return tuple(sources)
 
 
 def repository_edges() -> dict[str, set[str]]:
-    """Module-level import edges between the repository's modules."""
-    return runtime_edges({s.module: s.imports for s in repository()})
+    """Module-level import edges between the package's modules, type-only ones included."""
+    return runtime_edges({s.module: s.imports for s in repository()}, type_only=True)
 
 
 def _report(kind: str, found: list[str]) -> str:
@@ -271,7 +281,7 @@ def _report(kind: str, found: list[str]) -> str:
 
 
 def test_the_repository_has_modules_in_every_layer() -> None:
-    layers = {layer_of(source.module) for source in repository()}
+    layers = {layer_of(source.module) for source in repository()} - {None}
     assert layers == set(LAYERS)
     assert any(source.module == "ctxgraph.nodes.compaction" for source in repository())
 
@@ -421,6 +431,21 @@ def test_only_module_level_runtime_imports_make_edges() -> None:
         "ctxgraph.nodes.compaction.partition",
         "ctxgraph.nodes.settings",
     }
+    # A type-only import is a dependency too, for a reader and a type checker.
+    typed = runtime_edges(imports, known, type_only=True)
+    assert typed["ctxgraph.nodes.request"] == {
+        *edges["ctxgraph.nodes.request"],
+        "ctxgraph.nodes.model",
+    }
+
+
+def test_a_type_only_import_back_closes_a_cycle() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from m.record import Ledger\n"
+    )
+    imports = {"m.block": imports_in(source, "m"), "m.record": imports_in("import m.block\n", "m")}
+    assert cycles(runtime_edges(imports)) == []
+    assert cycles(runtime_edges(imports, type_only=True)) == [["m.block", "m.record", "m.block"]]
 
 
 def test_a_cycle_is_found_and_named() -> None:

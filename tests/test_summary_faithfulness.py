@@ -23,10 +23,10 @@ from ctxgraph.nodes.compaction.faithfulness import (
 )
 from ctxgraph.nodes.compaction.fallback import degraded_sections
 from ctxgraph.nodes.compaction.ledger import ToolCallStatus, derive_ledger, empty_ledger
+from ctxgraph.nodes.compaction.plan import SummaryJob
 from ctxgraph.nodes.compaction.planner import summary_check
 from ctxgraph.nodes.compaction.summarizer import (
     SummaryError,
-    SummaryJob,
     SummaryWriter,
     parse_sections,
     prompts_instruction,

@@ -17,7 +17,8 @@ from ctxgraph.graph import build_graph
 from ctxgraph.graph.cli.threads import show_thread
 from ctxgraph.nodes.compaction.background import wait_for_jobs
 from ctxgraph.nodes.compaction.fallback import degraded_sections
-from ctxgraph.nodes.compaction.summarizer import SummaryJob, SummaryWriter, parse_sections
+from ctxgraph.nodes.compaction.plan import SummaryJob
+from ctxgraph.nodes.compaction.summarizer import SummaryWriter, parse_sections
 from ctxgraph.state import Context, Models, Settings
 from ctxgraph.state.scripted_model import ScriptedChatModel
 from ctxgraph.state.tokens import TokenCounter

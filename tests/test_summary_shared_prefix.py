@@ -25,12 +25,8 @@ from langgraph.store.memory import InMemoryStore
 from ctxgraph.graph import build_graph
 from ctxgraph.nodes.compaction.jobs import JobResults
 from ctxgraph.nodes.compaction.node import CompactNode
-from ctxgraph.nodes.compaction.shared_prefix import (
-    SUMMARY_REQUEST_ID,
-    SUMMARY_REQUEST_ORIGIN,
-    cut,
-    shown_kept,
-)
+from ctxgraph.nodes.compaction.plan import SUMMARY_REQUEST_ID, SUMMARY_REQUEST_ORIGIN
+from ctxgraph.nodes.compaction.shared_prefix import cut, shown_kept
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.nodes.model import ModelNode
 from ctxgraph.state import Context, Models, Settings

@@ -21,8 +21,8 @@ from langgraph.store.base import BaseStore
 from ctxgraph.nodes.compaction.background import BackgroundJobs, JobSnapshot
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.job_queue import settings_from_values
+from ctxgraph.nodes.compaction.plan import SummaryJob
 from ctxgraph.nodes.compaction.planner import summary_check
-from ctxgraph.nodes.compaction.summarizer import SummaryJob
 from ctxgraph.state.models import Models
 from ctxgraph.state.tokens import MessageCount, TokenCounter
 from ctxgraph.store.persistence.compaction_lease import leases_for, new_holder

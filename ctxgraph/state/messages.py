@@ -211,19 +211,6 @@ def sanitized_message(message: Message) -> Message:
     return message.model_copy(update=changes) if changes else message
 
 
-def unencodable_position(text: str) -> int | None:
-    """The index of the first character of ``text`` UTF-8 cannot encode, or None.
-
-    Only lone surrogates (for example from ``surrogateescape`` decoding of bad bytes)
-    qualify; a model client fails on them deep inside its request encoding.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return error.start
-    return None
-
-
 ORIGIN_KEY = "origin"
 """``additional_kwargs`` key that marks a message ctxgraph (or a caller) injected."""
 

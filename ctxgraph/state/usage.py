@@ -157,16 +157,6 @@ def add_usage(current: UsageTotals | None, update: UsageTotals | None) -> UsageT
     return merged
 
 
-def event_fields(call: CallUsage) -> dict[str, Any]:
-    """The fields a call's usage adds to its event (tokens in, out, cached, and source)."""
-    return {
-        "input_tokens": call["input_tokens"],
-        "output_tokens": call["output_tokens"],
-        "cached_tokens": call["cached_tokens"],
-        "usage_source": call["source"],
-    }
-
-
 def calls_event_fields(calls: Sequence[CallUsage]) -> dict[str, Any]:
     """The fields several calls' usage adds to one event: their sums and their count.
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
-from ctxgraph.nodes.compaction.shared_prefix import SUMMARY_REQUEST_ORIGIN
+from ctxgraph.nodes.compaction.plan import SUMMARY_REQUEST_ORIGIN
 from ctxgraph.nodes.compaction.summarizer import SUMMARY_SYSTEM
 from ctxgraph.state.demo_replies import demo_summary
 from ctxgraph.state.messages import message_origin

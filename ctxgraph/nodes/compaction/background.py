@@ -22,7 +22,8 @@ from langgraph.store.base import BaseStore
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.fallback import degraded_sections
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
-from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob, SummaryWriter
+from ctxgraph.nodes.compaction.plan import SummaryJob
+from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryWriter
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.state.usage import CallUsage, calls_event_fields

@@ -38,7 +38,8 @@ from ctxgraph.nodes.compaction.job_state import (
 )
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults
 from ctxgraph.nodes.compaction.partition import repair_tool_pairs
-from ctxgraph.nodes.compaction.planner import CompactionPlanner, Plan
+from ctxgraph.nodes.compaction.plan import Plan
+from ctxgraph.nodes.compaction.planner import CompactionPlanner
 from ctxgraph.nodes.compaction.shared_prefix import SummaryRequests, shown_kept
 from ctxgraph.nodes.request_size import RequestSize
 from ctxgraph.state.compaction_state import CompactionJob

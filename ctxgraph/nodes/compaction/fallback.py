@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxgraph.nodes.compaction.faithfulness import DEGRADED_KEY
+from ctxgraph.nodes.compaction.plan import SummaryJob
 from ctxgraph.nodes.compaction.sections import SECTIONS
-from ctxgraph.nodes.compaction.summarizer import Check, SummaryError, SummaryJob
+from ctxgraph.nodes.compaction.summarizer import Check, SummaryError
 from ctxgraph.state.identifiers import extract_identifiers
 from ctxgraph.state.messages import content_text, is_real_user_message
 from ctxgraph.state.settings import Settings

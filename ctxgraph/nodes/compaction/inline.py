@@ -21,7 +21,8 @@ from ctxgraph.nodes.compaction.errors import CompactionError
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.fallback import DEGRADED, degraded_sections
 from ctxgraph.nodes.compaction.job_results import take_discarded
-from ctxgraph.nodes.compaction.planner import CompactionPlanner, Finished, Plan
+from ctxgraph.nodes.compaction.plan import Plan
+from ctxgraph.nodes.compaction.planner import CompactionPlanner, Finished
 from ctxgraph.nodes.compaction.summarizer import SummaryError, SummaryWriter
 from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.state.tokens import TokenCounter

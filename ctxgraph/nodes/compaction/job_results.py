@@ -14,7 +14,7 @@ from langchain_core.messages import AnyMessage
 
 from ctxgraph.nodes.compaction.events import emit
 from ctxgraph.nodes.compaction.jobs import JobResult, JobResults, folded_hash
-from ctxgraph.nodes.compaction.planner import Plan
+from ctxgraph.nodes.compaction.plan import Plan
 from ctxgraph.state.usage import CallUsage, calls_event_fields
 from ctxgraph.store.persistence.archive import ThreadArchive
 from ctxgraph.store.persistence.compaction_lease import CompactionLeases

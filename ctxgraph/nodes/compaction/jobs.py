@@ -137,11 +137,6 @@ class JobResults:
         items = self._store.search(self._namespace, limit=RESULTS_LIMIT)
         return _ordered(items)
 
-    async def aresults(self) -> list[tuple[str, JobResult | None]]:
-        """Async :meth:`results`."""
-        items = await self._store.asearch(self._namespace, limit=RESULTS_LIMIT)
-        return _ordered(items)
-
     def ready(self, version: int) -> JobResult | None:
         """The newest stored result that starts from compaction ``version``, if any."""
         for _, result in self.results():

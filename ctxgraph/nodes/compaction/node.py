@@ -30,12 +30,8 @@ from ctxgraph.nodes.compaction.job_state import (
     result_stored,
 )
 from ctxgraph.nodes.compaction.offloads import StepOffloads
-from ctxgraph.nodes.compaction.planner import (
-    RECORD_SHRINK_STEPS,
-    CompactionPlanner,
-    Plan,
-    summary_check,
-)
+from ctxgraph.nodes.compaction.plan import Plan
+from ctxgraph.nodes.compaction.planner import RECORD_SHRINK_STEPS, CompactionPlanner, summary_check
 from ctxgraph.nodes.compaction.shared_prefix import SummaryRequests
 from ctxgraph.nodes.compaction.summarizer import SummaryWriter
 from ctxgraph.nodes.compaction.triggers import fired_triggers
@@ -56,7 +52,6 @@ __all__ = [
     "CompactNode",
     "CompactionError",
     "Launch",
-    "Plan",
     "summary_check",
 ]
 

@@ -7,28 +7,20 @@ sees exactly the messages that compaction is about to fold.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.store.base import BaseStore
 
-from ctxgraph.nodes.compaction.events import emit
-from ctxgraph.nodes.compaction.fallback import DEGRADED
-from ctxgraph.nodes.compaction.ledger import (
-    MAX_ARTIFACTS,
-    Ledger,
-    bound_ledger,
-    derive_ledger,
-    empty_ledger,
-    merge_ledgers,
-)
+from ctxgraph.nodes.compaction.ledger import Ledger
 from ctxgraph.nodes.compaction.partition import partition_history
+from ctxgraph.nodes.compaction.plan import Plan, bounded, merged_ledger
 from ctxgraph.nodes.compaction.render import SECTIONS, render_sections
-from ctxgraph.nodes.compaction.summarizer import Check, SummaryJob
+from ctxgraph.nodes.compaction.summarizer import Check
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
@@ -37,16 +29,11 @@ from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize, state_key
 from ctxgraph.state.calibration import TokenCalibration
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
 from ctxgraph.state.graph_state import AgentState
-from ctxgraph.state.messages import is_real_user_message
 from ctxgraph.state.models import input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import CHAIN_SEED, SUMMARY_SCHEMA_VERSION
 from ctxgraph.state.tokens import count_text
-from ctxgraph.state.usage import CallUsage
 from ctxgraph.store.persistence.archive import ArchiveRecord, ThreadArchive, build_record
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.shared_prefix import SharedPrefix
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -70,92 +57,6 @@ class _Choice:
 
     split: Split
     unfit: str | None = None
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything one compaction attempt needs, worked out before any model call."""
-
-    settings: Settings
-    archive: ThreadArchive
-    old: list[AnyMessage]
-    kept: list[AnyMessage]
-    previous: SummaryRecord | None
-    mark: CompactionMark
-    before: RequestSize
-    window: int | None
-    ledger: Ledger
-    memory: Mapping[str, Any]
-    """The state's memory for the request (``MEMORY_KEYS``): the compacted request carries it."""
-    calibration: TokenCalibration | None = None
-    """The thread's ``token_calibration``: the compacted request is measured as billed."""
-    unlocked: tuple[str, ...] = ()
-    """The built-in tools the thread has unlocked (``tools_unlocked``): the compacted
-    request still binds them, so it is measured with their schemas."""
-    unfit: str | None = None
-    """Why no split can fit, decided before any summary call (see
-    ``CompactionPlanner.split``): then no summary is asked for. None when one can."""
-    discarded_usage: list[CallUsage] = field(default_factory=list, compare=False)
-    """The summary calls of stored job results discarded during this attempt, billed all
-    the same: whichever update the attempt returns takes them into ``model_usage``."""
-    prefix: SharedPrefix | None = None
-    """The shared-prefix summary request (``shared_prefix.SummaryRequests``); None sends
-    the compact one."""
-    shown: tuple[AnyMessage, ...] = ()
-    """Messages the summary request shows besides the folded ones (the kept messages of a
-    shared-prefix request): evidence for the invented-success check."""
-    request_note: str | None = None
-    """Why the compact request is sent although a shared prefix was asked for."""
-
-    def summary(self, sections: dict[str, str]) -> SummaryRecord:
-        """The summary record for candidate sections: schema version, sections, ledger."""
-        fields = {key: sections[key] for key, _ in SECTIONS if key in sections}
-        record = cast(SummaryRecord, {"schema_version": SUMMARY_SCHEMA_VERSION, **fields})
-        record["ledger"] = self.ledger
-        if sections.get(DEGRADED):
-            record["degraded"] = True
-        return record
-
-    def check(self, sections: dict[str, str]) -> list[str]:
-        """Schema, size, ledger and faithfulness problems of candidate sections."""
-        summary = self.summary(sections)
-        return summary_problems(
-            summary, self.settings, previous=self.previous, folded=self.old, shown=self.shown
-        )
-
-    def skipped(self) -> None:
-        """Say that no summary is asked for, and why (``compaction.skipped``, ``unfit``)."""
-        emit(
-            "skipped",
-            self.archive.thread_id,
-            base_version=int(self.mark.get("version", 0) or 0),
-            reason=self.unfit,
-            folded=len(self.old),
-            tokens_before=self.before.tokens,
-            messages_before=self.before.messages,
-        )
-
-    @property
-    def job(self) -> SummaryJob:
-        """The summary call's input."""
-        latest = next((m for m in reversed(self.kept) if is_real_user_message(m)), None)
-        request = "" if latest is None else latest.text
-        return SummaryJob(self.previous, self.old, request, self.archive.thread_id, self.prefix)
-
-    def refolded(
-        self,
-        old: list[AnyMessage],
-        kept: list[AnyMessage],
-        *,
-        shown: Sequence[AnyMessage] = (),
-    ) -> Plan:
-        """A copy of the plan that folds ``old`` and keeps ``kept`` (a job's snapshot).
-
-        ``shown``: the kept messages the job's summary request showed (a shared prefix
-        shows those above its last folded message).
-        """
-        ledger = merged_ledger(self.previous, old, self.settings)
-        return replace(self, old=old, kept=kept, ledger=ledger, unfit=None, shown=tuple(shown))
 
 
 @dataclass(frozen=True)
@@ -447,31 +348,6 @@ def stand_in_record(ledger: Ledger, sections: int) -> SummaryRecord:
     )
     record["ledger"] = ledger
     return record
-
-
-def bounded(ledger: Ledger, settings: Settings, *, halved: int = 0) -> Ledger:
-    """``ledger`` within the bounds of ``settings``, each halved ``halved`` times."""
-    return bound_ledger(
-        ledger,
-        max_tool_calls=max(1, settings.ledger_max_tool_calls >> halved),
-        max_identifiers=settings.ledger_max_identifiers >> halved,
-        max_constraint_tokens=settings.constraint_budget >> halved,
-        max_artifacts=MAX_ARTIFACTS >> halved,
-    )
-
-
-def merged_ledger(
-    previous: Mapping[str, Any] | None, old: list[AnyMessage], settings: Settings
-) -> Ledger:
-    """The previous ledger plus what the folded messages add, within its bounds.
-
-    The previous ledger may be of any stored shape (see ``read_ledger``).
-    """
-    merged = merge_ledgers(
-        (previous or {}).get("ledger") or empty_ledger(),
-        derive_ledger(old, read_only_tools=frozenset(settings.read_only_tools)),
-    )
-    return bounded(merged, settings)
 
 
 def summary_check(

@@ -14,16 +14,14 @@ data: the record and the messages to fold are already above it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
-from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool
 
 from ctxgraph.nodes.cache_markers import accepts_cache_control, with_cache_marker
 from ctxgraph.nodes.compaction.faithfulness import instruction_text
+from ctxgraph.nodes.compaction.plan import Plan, SharedPrefix, marked_request
 from ctxgraph.nodes.compaction.summarizer import (
     REPAIR_PROMPT,
     REVISE_PROMPT,
@@ -32,19 +30,10 @@ from ctxgraph.nodes.compaction.summarizer import (
 from ctxgraph.nodes.request import Request, RequestAssembler, view_digest
 from ctxgraph.nodes.request_size import RequestMeasurer
 from ctxgraph.state.graph_state import AgentState
-from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY, content_text
+from ctxgraph.state.messages import content_text
 from ctxgraph.state.models import Models, input_window
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.planner import Plan
-
-SUMMARY_REQUEST_ID = "ctxgraph-summary-request"
-"""Id prefix of the instruction (and repair request) that ends a shared-prefix summary call."""
-
-SUMMARY_REQUEST_ORIGIN = "summary_request"
-"""``ORIGIN_KEY`` value of that message: tools outside the graph tell summary calls by it."""
 
 UNFIT = "shared_prefix_unfit"
 """Names the reason a compaction sent the compact request although a shared prefix was
@@ -81,15 +70,6 @@ QUOTE_CHARS = 120
 ROLES = {"human": "user", "ai": "assistant", "tool": "tool result", "system": "system"}
 
 
-def marked_request(text: str, tag: str) -> HumanMessage:
-    """A summary instruction (or repair request) carrying the summary-request marker."""
-    return HumanMessage(
-        content=text,
-        id=f"{SUMMARY_REQUEST_ID}-{tag}",
-        additional_kwargs={ORIGIN_KEY: SUMMARY_REQUEST_ORIGIN, HIDE_FROM_UI_KEY: True},
-    )
-
-
 def describe(message: BaseMessage) -> str:
     """The message's role and the start of its text, as the instruction quotes it."""
     role = ROLES.get(message.type, message.type)
@@ -100,42 +80,6 @@ def describe(message: BaseMessage) -> str:
     if len(text) > QUOTE_CHARS:
         text = text[: QUOTE_CHARS - 1] + "…"
     return f'{role} message that begins "{text}"'
-
-
-@dataclass(frozen=True)
-class SharedPrefix:
-    """A shared-prefix summary request: the main request, its tools, and the instruction."""
-
-    messages: tuple[BaseMessage, ...]
-    """The main request for the state being compacted, exactly as the main model gets it,
-    up to the last folded message."""
-    tools: tuple[BaseTool, ...]
-    """The tools that request binds, in binding order."""
-    instruction: HumanMessage
-    """The last message (``marked_request``)."""
-    instruction_words: str
-    """The fixed words of every prompt the model may be sent (for the echo check)."""
-    tool_tokens: int = 0
-    """Tokens of the bound tool schemas, as counted locally (for usage counted locally)."""
-    _bound: dict[int, Runnable[LanguageModelInput, BaseMessage]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
-
-    def prompt(self) -> list[BaseMessage]:
-        """The messages of the summary call."""
-        return [*self.messages, self.instruction]
-
-    def bound(self, model: BaseChatModel) -> Runnable[LanguageModelInput, BaseMessage]:
-        """``model`` with the main request's tools bound, as the model node binds them."""
-        bound = self._bound.get(id(model))
-        if bound is None:
-            bound = model.bind_tools(list(self.tools)) if self.tools else model
-            self._bound[id(model)] = bound
-        return bound
-
-    def repair_message(self, text: str) -> HumanMessage:
-        """The repair request, marked like the instruction it follows."""
-        return marked_request(text, "repair")
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -21,6 +20,7 @@ from ctxgraph.nodes.compaction.faithfulness import (
     problem_reasons,
 )
 from ctxgraph.nodes.compaction.partition import exchange_units
+from ctxgraph.nodes.compaction.plan import SummaryJob
 from ctxgraph.nodes.compaction.sections import (
     GUIDE,
     HEADINGS,
@@ -36,9 +36,6 @@ from ctxgraph.state.settings import Settings
 from ctxgraph.state.tokens import TokenCounter
 from ctxgraph.state.transcript import transcript
 from ctxgraph.state.usage import CallUsage, call_usage
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.shared_prefix import SharedPrefix
 
 logger = logging.getLogger("ctxgraph.compaction")
 
@@ -138,19 +135,6 @@ class RejectedSummaryError(SummaryError):
         """Refuse an answer for ``problems`` (each a check's problem string)."""
         super().__init__("; ".join(problems), problem_reasons(problems))
         self.problems: tuple[str, ...] = tuple(problems)
-
-
-@dataclass(frozen=True)
-class SummaryJob:
-    """One summary call's input: what to fold on top of which previous record."""
-
-    previous: Mapping[str, Any] | None
-    folded: Sequence[BaseMessage]
-    current_request: str
-    thread_id: str = ""
-    """The thread the summary is for: it names the ``compaction.rejected`` events."""
-    prefix: SharedPrefix | None = None
-    """The shared-prefix request to send instead of the compact one, in one call."""
 
 
 def parse_sections(text: str) -> dict[str, str]:

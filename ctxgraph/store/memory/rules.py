@@ -246,14 +246,6 @@ def _cited(candidate: Gated, message_id: str | None, quote: str) -> Gated:
     return candidate.model_copy(update=update)
 
 
-def evidence_rejection(
-    candidate: FactCandidate | ProfileUpdate, rows: Sequence[Mapping[str, object]]
-) -> str | None:
-    """Why the evidence does not support the candidate, or None when a user row states it."""
-    cited = cite(candidate, rows)
-    return cited if isinstance(cited, str) else None
-
-
 def _authority(
     candidate: FactCandidate | ProfileUpdate, rows: Sequence[Mapping[str, object]]
 ) -> tuple[FactCandidate | ProfileUpdate | None, str]:

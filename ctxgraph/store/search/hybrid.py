@@ -469,10 +469,6 @@ class QuerySimilarity:
 _T = TypeVar("_T")
 
 
-def _unembedded(error: Exception) -> EmbeddingError:
-    return EmbeddingError(f"could not embed facts without a vector ({_problem(error)})")
-
-
 def _embedding(call: Callable[..., _T], *args: Any) -> _T:
     """``call(*args)``, an embedder failure raised as :class:`EmbeddingError`."""
     try:

@@ -6,7 +6,8 @@ The ledger is made of blocks, one module per noun: ``calls`` (tool-call states),
 and ``identifiers``; ``sentences`` and ``read_only`` say what a user’s
 sentence and a tool are to the ledger. Each block derives, merges, bounds, renders
 and checks its own keys behind the ``block.Block`` protocol; ``record`` composes them in
-a fixed order and ``view`` renders and checks it. This package gathers their public names.
+a fixed order, ``fields`` holds the record's type, and ``view`` renders and checks it.
+This package gathers their public names.
 """
 
 from __future__ import annotations
@@ -19,23 +20,26 @@ from ctxgraph.nodes.compaction.ledger.calls import (
     MAX_ARGS,
     MAX_ERROR_CHARS,
     UNKNOWN_TOOL,
-    ToolCallEntry,
-    ToolCallStatus,
     is_folded,
     render_group,
 )
 from ctxgraph.nodes.compaction.ledger.clauses import constraint_key
 from ctxgraph.nodes.compaction.ledger.decisions import ledger_decisions
+from ctxgraph.nodes.compaction.ledger.fields import (
+    ConstraintEntry,
+    DecisionEntry,
+    Ledger,
+    ToolCallEntry,
+    ToolCallStatus,
+)
 from ctxgraph.nodes.compaction.ledger.read_only import READ_ONLY_PREFIXES, is_read_only
 from ctxgraph.nodes.compaction.ledger.record import (
-    Ledger,
     bound_ledger,
     derive_ledger,
     empty_ledger,
     merge_ledgers,
     read_ledger,
 )
-from ctxgraph.nodes.compaction.ledger.said import ConstraintEntry, DecisionEntry
 from ctxgraph.nodes.compaction.ledger.view import (
     COUNT_LINES_ROOM,
     find_contradictions,

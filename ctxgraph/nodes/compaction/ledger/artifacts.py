@@ -3,36 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any
 
 from ctxgraph.nodes.compaction.ledger.block import (
     ARTIFACT,
     Block,
+    Bounds,
     Candidate,
+    Shown,
+    Walk,
     older,
     store_listed,
     store_newest,
     stored_int,
 )
+from ctxgraph.nodes.compaction.ledger.fields import Ledger
 from ctxgraph.nodes.offload.refs import ArtifactMention
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.ledger.block import Bounds, Shown, Walk
-    from ctxgraph.nodes.compaction.ledger.record import Ledger
 
 MAX_ARTIFACTS = 50
 """Artifact refs the ledger lists (the newest); older ones are counted in ``folded_artifacts``."""
-
-
-class ArtifactFields(TypedDict):
-    """The block's keys of the record, left out while there are none.
-
-    ``artifacts`` lists the offloaded content the folded messages refer to, oldest first,
-    and ``folded_artifacts`` counts those dropped from the list.
-    """
-
-    artifacts: NotRequired[list[ArtifactMention]]
-    folded_artifacts: NotRequired[int]
 
 
 def _artifact(value: object) -> ArtifactMention | None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from langchain_core.messages import BaseMessage
 
+from ctxgraph.nodes.compaction.ledger.fields import Ledger
 from ctxgraph.nodes.offload.inputs import shown_words
 from ctxgraph.nodes.offload.refs import ArtifactMention, messages_artifacts
 from ctxgraph.state.messages import content_text, is_real_user_message
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.ledger.record import Ledger
 
 Shown = tuple[str, int]
 """An item a budgeted rendering lists: its kind and its index in the block."""

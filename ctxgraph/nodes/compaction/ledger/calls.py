@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
@@ -22,8 +22,12 @@ from ctxgraph.nodes.compaction.ledger.block import (
     OPEN_SIDE_EFFECT,
     TOOL_LINE,
     Block,
+    Bounds,
     Candidate,
+    Shown,
+    Walk,
 )
+from ctxgraph.nodes.compaction.ledger.fields import Ledger, ToolCallEntry, ToolCallStatus
 from ctxgraph.nodes.compaction.ledger.read_only import is_read_only
 from ctxgraph.state.identifiers import (
     claims_by_mention,
@@ -34,45 +38,6 @@ from ctxgraph.state.identifiers import (
     token_pattern,
 )
 from ctxgraph.state.messages import content_text, is_recovered_call_id
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.ledger.block import Bounds, Shown, Walk
-    from ctxgraph.nodes.compaction.ledger.record import Ledger
-
-ToolCallStatus = Literal["planned", "succeeded", "failed", "cancelled", "unknown"]
-
-
-class ToolCallEntry(TypedDict):
-    """One tool call as code saw it: what was asked and how it ended.
-
-    ``turn`` is the number of real user messages folded into the record up to the call
-    (the turns ``ConstraintEntry.last_turn`` counts); it is left out when not known
-    (calls recorded before turns were kept, or made before any folded user message).
-    """
-
-    id: str
-    name: str
-    args: dict[str, str]
-    status: ToolCallStatus
-    error: str | None
-    idempotency_key: str | None
-    side_effect: bool
-    turn: NotRequired[int]
-    recovered: NotRequired[bool]
-    """True for a call the model wrote as text and ctxgraph made real (left out otherwise)."""
-
-
-class CallFields(TypedDict):
-    """The block's keys of the record.
-
-    ``aggregated`` counts folded read-only successes per tool; ``folded_calls`` counts
-    the other folded calls per tool and status.
-    """
-
-    tool_calls: list[ToolCallEntry]
-    aggregated: dict[str, int]
-    folded_calls: dict[str, dict[str, int]]
-
 
 FINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 """States a later ``planned``/``unknown`` record of the same call never overrides."""

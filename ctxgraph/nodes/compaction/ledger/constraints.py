@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
 from ctxgraph.nodes.compaction.ledger.block import PINNED, Candidate, stored_int
 from ctxgraph.nodes.compaction.ledger.clauses import constraint_clauses, constraint_key
-from ctxgraph.nodes.compaction.ledger.said import ConstraintEntry, SaidBlock, read_entries
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.ledger.record import Ledger
-
-
-class ConstraintFields(TypedDict):
-    """The block's keys of the record.
-
-    ``constraints`` are ordered by the turn they were last said, oldest first, and
-    ``folded_constraints`` counts those dropped from the record (the messages that said
-    them are in the archive).
-    """
-
-    constraints: list[ConstraintEntry]
-    folded_constraints: int
+from ctxgraph.nodes.compaction.ledger.fields import ConstraintEntry, Ledger
+from ctxgraph.nodes.compaction.ledger.said import SaidBlock, read_entries
 
 
 class ConstraintBlock(SaidBlock):

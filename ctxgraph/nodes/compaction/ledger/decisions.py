@@ -8,26 +8,12 @@ decisions' budget must not eat into the constraints'.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any
 
-from ctxgraph.nodes.compaction.ledger.block import DECISION, store_listed, stored_int
-from ctxgraph.nodes.compaction.ledger.calls import ToolCallEntry
-from ctxgraph.nodes.compaction.ledger.said import DecisionEntry, SaidBlock, read_entries
+from ctxgraph.nodes.compaction.ledger.block import DECISION, Walk, store_listed, stored_int
+from ctxgraph.nodes.compaction.ledger.fields import DecisionEntry, Ledger, ToolCallEntry
+from ctxgraph.nodes.compaction.ledger.said import SaidBlock, read_entries
 from ctxgraph.state.identifiers import extract_identifiers
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.ledger.block import Walk
-    from ctxgraph.nodes.compaction.ledger.record import Ledger
-
-
-class DecisionFields(TypedDict):
-    """The block's keys of the record, left out while there are none.
-
-    ``decisions`` are kept like constraints; ``folded_decisions`` counts those dropped.
-    """
-
-    decisions: NotRequired[list[DecisionEntry]]
-    folded_decisions: NotRequired[int]
 
 
 def ledger_decisions(ledger: Mapping[str, Any]) -> list[DecisionEntry]:

@@ -10,38 +10,24 @@ archived turns that mention it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any
 
 from ctxgraph.nodes.compaction.ledger.block import (
     ARCHIVE_INDEX,
     IDENTIFIER,
     Block,
+    Bounds,
     Candidate,
+    Shown,
+    Walk,
     store_listed,
     store_newest,
     stored_int,
     union,
 )
-from ctxgraph.nodes.compaction.ledger.calls import ToolCallEntry, is_folded
+from ctxgraph.nodes.compaction.ledger.calls import is_folded
+from ctxgraph.nodes.compaction.ledger.fields import Ledger, ToolCallEntry
 from ctxgraph.state.identifiers import extract_identifiers, shown_verbatim
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.ledger.block import Bounds, Shown, Walk
-    from ctxgraph.nodes.compaction.ledger.record import Ledger
-
-
-class IdentifierFields(TypedDict):
-    """The block's keys of the record.
-
-    ``identifiers`` are listed, oldest first, once each; ``looked_up`` those only read-only
-    lookups touched, the one touched last at the end, and ``folded_looked_up`` counts
-    those dropped from it (both left out while empty).
-    """
-
-    identifiers: list[str]
-    looked_up: NotRequired[list[str]]
-    folded_looked_up: NotRequired[int]
-
 
 LATEST_LOOKED_UP = 3
 """How many of the identifiers only lookups touched are listed (the latest)."""

@@ -7,24 +7,13 @@ from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 
-from ctxgraph.nodes.compaction.ledger.artifacts import ARTIFACTS, MAX_ARTIFACTS, ArtifactFields
+from ctxgraph.nodes.compaction.ledger.artifacts import ARTIFACTS, MAX_ARTIFACTS
 from ctxgraph.nodes.compaction.ledger.block import Block, Bounds, Walk, stored_int
-from ctxgraph.nodes.compaction.ledger.calls import CALLS, CallFields
-from ctxgraph.nodes.compaction.ledger.constraints import CONSTRAINTS, ConstraintFields
-from ctxgraph.nodes.compaction.ledger.decisions import DECISIONS, DecisionFields
-from ctxgraph.nodes.compaction.ledger.identifiers import IDENTIFIERS, IdentifierFields
-
-
-class Ledger(CallFields, ConstraintFields, DecisionFields, ArtifactFields, IdentifierFields):
-    """Facts that must survive compaction, merged across compactions.
-
-    Each block owns its keys (see the blocks' ``*Fields``); ``user_turns`` is the number
-    of real user messages folded so far, which numbers the turns. The optional keys are
-    left out while they hold nothing, so a ledger without them keeps its earlier shape.
-    """
-
-    user_turns: int
-
+from ctxgraph.nodes.compaction.ledger.calls import CALLS
+from ctxgraph.nodes.compaction.ledger.constraints import CONSTRAINTS
+from ctxgraph.nodes.compaction.ledger.decisions import DECISIONS
+from ctxgraph.nodes.compaction.ledger.fields import Ledger
+from ctxgraph.nodes.compaction.ledger.identifiers import IDENTIFIERS
 
 BLOCKS: tuple[Block, ...] = (CALLS, CONSTRAINTS, DECISIONS, ARTIFACTS, IDENTIFIERS)
 """The blocks in the order they derive and render (decisions need the calls; identifiers

@@ -11,35 +11,22 @@ each, with their own keys, heading and place in a budgeted rendering.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
-from ctxgraph.nodes.compaction.ledger.block import Block, Candidate, older, stored_int
+from ctxgraph.nodes.compaction.ledger.block import (
+    Block,
+    Bounds,
+    Candidate,
+    Shown,
+    Walk,
+    older,
+    stored_int,
+)
 from ctxgraph.nodes.compaction.ledger.clauses import constraint_key, wording_key
+from ctxgraph.nodes.compaction.ledger.fields import ConstraintEntry, Ledger
 from ctxgraph.nodes.compaction.ledger.sentences import SentenceKind, sentence_kind
 from ctxgraph.state.identifiers import split_sentences
 from ctxgraph.state.tokens import count_text
-
-if TYPE_CHECKING:
-    from ctxgraph.nodes.compaction.ledger.block import Bounds, Shown, Walk
-    from ctxgraph.nodes.compaction.ledger.record import Ledger
-
-
-class ConstraintEntry(TypedDict):
-    """One user constraint: its latest wording, how often it was said, and when.
-
-    ``first_turn`` and ``last_turn`` number the real user messages folded into the record,
-    from 1; 0 marks a turn not known (a record that did not number turns yet, or, for
-    ``first_turn``, one that kept only the last).
-    """
-
-    text: str
-    count: int
-    last_turn: int
-    first_turn: int
-
-
-DecisionEntry = ConstraintEntry
-"""A user decision is kept as a constraint is: its latest wording, how often, when last."""
 
 
 def line_cost(line: str) -> int:

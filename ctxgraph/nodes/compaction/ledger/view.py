@@ -7,7 +7,8 @@ from operator import itemgetter
 from typing import Any, cast
 
 from ctxgraph.nodes.compaction.ledger.block import Candidate, Shown
-from ctxgraph.nodes.compaction.ledger.record import BLOCKS, Ledger, read_ledger
+from ctxgraph.nodes.compaction.ledger.fields import Ledger
+from ctxgraph.nodes.compaction.ledger.record import BLOCKS, read_ledger
 from ctxgraph.nodes.compaction.ledger.said import line_cost
 from ctxgraph.state.tokens import count_text
 
