@@ -23,7 +23,7 @@ from ctxgraph import Context, Models, Settings, build_graph
 from ctxgraph.graph import Graph
 from ctxgraph.nodes.memory.search_tool import memory_search_tool
 from ctxgraph.nodes.offload.read_tools import grep_artifact_tool, read_artifact_tool
-from ctxgraph.nodes.offload.unlocks import SUBAGENT_KWARG, has_artifact, unlock_update
+from ctxgraph.nodes.offload.unlocks import SUBAGENT_KWARG, has_artifact
 from ctxgraph.nodes.skills.policy import ToolPolicy
 from ctxgraph.nodes.subagents.result import SUBAGENT_KEY
 from ctxgraph.nodes.tools import read_history_tool
@@ -367,6 +367,11 @@ def test_the_skill_policy_still_restricts_what_is_bound() -> None:
 
 
 def test_every_artifact_signal_unlocks_the_readers_and_only_the_mark_unlocks_history() -> None:
+    binding = ToolBinding([read_history_tool(), read_artifact_tool(), grep_artifact_tool()])
+
+    def unlock_update(state: Any) -> dict[str, list[str]]:
+        return binding.unlock_update(state, Settings())
+
     ref = "art-" + "1" * 24
     signals: list[Any] = [
         stub_state(),

@@ -29,8 +29,8 @@ from ctxgraph.nodes.compaction.ledger import (
 from ctxgraph.nodes.compaction.sections import SECTIONS
 from ctxgraph.nodes.compaction.verify import summary_problems
 from ctxgraph.nodes.request_size import RequestSize
-from ctxgraph.state.calibration import TokenCalibration
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
+from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.messages import HIDE_FROM_UI_KEY, ORIGIN_KEY, is_real_user_message
 from ctxgraph.state.settings import Settings
 from ctxgraph.state.summary import SUMMARY_SCHEMA_VERSION
@@ -115,13 +115,9 @@ class Plan:
     before: RequestSize
     window: int | None
     ledger: Ledger
-    memory: Mapping[str, Any]
-    """The state's memory for the request (``MEMORY_KEYS``): the compacted request carries it."""
-    calibration: TokenCalibration | None = None
-    """The thread's ``token_calibration``: the compacted request is measured as billed."""
-    unlocked: tuple[str, ...] = ()
-    """The built-in tools the thread has unlocked (``tools_unlocked``): the compacted
-    request still binds them, so it is measured with their schemas."""
+    state: AgentState = field(compare=False, repr=False)
+    """The state being compacted: the compacted request is its request with the window,
+    summary and mark replaced (``planner.compacted_state``)."""
     unfit: str | None = None
     """Why no split can fit, decided before any summary call (see
     ``CompactionPlanner.split``): then no summary is asked for. None when one can."""

@@ -24,9 +24,7 @@ from ctxgraph.nodes.compaction.summarizer import Check
 from ctxgraph.nodes.compaction.triggers import fired_triggers
 from ctxgraph.nodes.compaction.verify import size_problems, summary_problems
 from ctxgraph.nodes.offload.refs import OFFLOAD_ARGS_KEY
-from ctxgraph.nodes.offload.unlocks import unlocked_tools
 from ctxgraph.nodes.request_size import RequestMeasurer, RequestSize, state_key
-from ctxgraph.state.calibration import TokenCalibration
 from ctxgraph.state.compaction_state import CompactionMark, SummaryRecord
 from ctxgraph.state.graph_state import AgentState
 from ctxgraph.state.models import input_window
@@ -115,9 +113,7 @@ class CompactionPlanner:
             before=before,
             window=self.window(settings),
             ledger=merged_ledger(previous, old, settings),
-            memory=memory_of(state),
-            calibration=state.get("token_calibration"),
-            unlocked=tuple(sorted(unlocked_tools(state))),
+            state=state,
             unfit=choice.unfit,
         )
 
@@ -207,14 +203,8 @@ class CompactionPlanner:
         old, kept = split
         ledger = merged_ledger(state.get("summary"), old, settings)
         version = int((state.get("compaction") or {}).get("version", 0)) + 1
-        after = _compacted_state(
-            kept,
-            stand_in_record(ledger, sections),
-            {"version": version},
-            memory_of(state),
-            state.get("token_calibration"),
-            sorted(unlocked_tools(state)),
-        )
+        record = stand_in_record(ledger, sections)
+        after = compacted_state(state, kept, record, {"version": version})
         # Built afresh: the measure cache keys a summary by its mark's checksum.
         return self._builder.measure(self._builder.build(after, settings))
 
@@ -283,17 +273,7 @@ class CompactionPlanner:
         }
         if summary.get("degraded"):
             mark["degraded"] = True
-        after = self.measure(
-            _compacted_state(
-                plan.kept,
-                summary,
-                mark,
-                plan.memory,
-                plan.calibration,
-                list(plan.unlocked),
-            ),
-            plan.settings,
-        )
+        after = self.measure(compacted_state(plan.state, plan.kept, summary, mark), plan.settings)
         update = {
             "summary": summary,
             "compaction": mark,
@@ -304,38 +284,17 @@ class CompactionPlanner:
         return Finished(record=record, update=update, after=after)
 
 
-def _compacted_state(
-    kept: list[AnyMessage],
-    summary: SummaryRecord,
-    mark: CompactionMark,
-    memory: Mapping[str, Any],
-    calibration: TokenCalibration | None,
-    unlocked: list[str],
+def compacted_state(
+    state: AgentState, kept: list[AnyMessage], summary: SummaryRecord, mark: CompactionMark
 ) -> AgentState:
-    """The state a compaction leaves, as far as the size of its request goes.
+    """``state`` as a compaction leaves it: the window, the summary and the mark replaced.
 
-    The compacted request binds what the thread has unlocked, and ``read_history``, which
-    a committed compaction (the mark's version) unlocks.
+    Every other key stays, so the request is built from it as the main model will get it:
+    each part reads its own state (memory, active skills, delegations, calibration), and
+    the tools are those the gates bind for it (the kept unlocks, ``read_history`` once
+    the mark has a version).
     """
-    state = {
-        **memory,
-        "messages": kept,
-        "summary": summary,
-        "compaction": mark,
-        "token_calibration": calibration,
-        "tools_unlocked": unlocked,
-    }
-    return cast(AgentState, state)
-
-
-MEMORY_KEYS = ("memory_view", "memory_selection", "memory_notes")
-"""The state keys the memory in a request is made of (the view, or the selection and notes)."""
-
-
-def memory_of(state: AgentState) -> dict[str, Any]:
-    """The values of ``MEMORY_KEYS`` that ``state`` holds."""
-    values = cast(Mapping[str, Any], state)
-    return {key: values[key] for key in MEMORY_KEYS if key in values}
+    return {**state, "messages": kept, "summary": summary, "compaction": mark}
 
 
 def stand_in_record(ledger: Ledger, sections: int) -> SummaryRecord:

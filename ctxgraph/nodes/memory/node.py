@@ -21,14 +21,13 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp
 
-from ctxgraph.nodes.compaction.planner import CompactionPlanner
 from ctxgraph.nodes.memory import events
 from ctxgraph.nodes.memory.extract import MEMORY_TURN_KEY, ExtractionResult, MemoryExtractor
 from ctxgraph.nodes.memory.filter import USER, filter_for_memory, has_user_rows
@@ -68,6 +67,16 @@ def usage_of(result: ExtractionResult) -> dict[str, Any]:
     """The ``model_usage`` update of an extraction (empty when it reported no usage)."""
     calls = result.model_calls()
     return {USAGE_KEY: usage_update(*calls)} if calls else {}
+
+
+class FoldSplit(Protocol):
+    """What a flush asks of compaction: which messages its next fold takes out of the window."""
+
+    def split(
+        self, state: AgentState, settings: Settings
+    ) -> tuple[list[AnyMessage], list[AnyMessage]]:
+        """``(old, kept)``: what the next compaction of ``state`` folds, and what it keeps."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -110,14 +119,14 @@ class MemoryNodes:
     def __init__(
         self,
         models: Models,
-        planner: CompactionPlanner,
+        planner: FoldSplit,
         settings: Settings,
         *,
         extraction_prompt: str | None = None,
         repositories: RepositoryFactory | None = None,
         runner: BackgroundRunner | None = None,
     ) -> None:
-        """``planner`` is the ``compact`` node's: a flush extracts from what it will fold.
+        """``planner`` splits as the ``compact`` node will: a flush extracts from what it folds.
 
         ``extraction_prompt`` replaces ``EXTRACTION_PROMPT`` (see ``MemoryExtractor``);
         ``repositories`` is the graph's factory, whose ranker picks the stored facts the

@@ -1,10 +1,10 @@
-"""Which built-in tools a thread has unlocked for good, read from its state alone.
+"""What unlocks the built-in readers, read from a thread's state alone.
 
 ``read_artifact`` / ``grep_artifact`` unlock once anything in the state refers to an
 artifact (an offload stub or a subagent's refs in the window, an artifact in the record's
 ledger or the delegation record), ``read_history`` once a compaction has been committed.
-The readers' gate (``read_tools.ARTIFACT_GATE``) reads ``has_artifact``; the compaction
-planner measures the compacted request with ``unlocked_tools``.
+The readers' gate (``read_tools.ARTIFACT_GATE``) reads ``has_artifact``, the history
+gate (``tools.history.HISTORY_GATE``) ``has_archive``; tool binding keeps what they unlock.
 """
 
 from __future__ import annotations
@@ -14,15 +14,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from ctxgraph.nodes.gates import persisted_unlocks
 from ctxgraph.nodes.offload.refs import ledger_refs, message_refs
-from ctxgraph.state.tool_unlocks import UNLOCKED_KEY
 from ctxgraph.store.persistence.archive import committed_version
-
-ARTIFACT_TOOLS = frozenset({"read_artifact", "grep_artifact"})
-"""Bound once the thread has an artifact."""
-HISTORY_TOOL = "read_history"
-"""Bound once the thread has an archive."""
 
 SUBAGENT_KWARG = "subagent"
 """``additional_kwargs`` key of a ``task`` result (``nodes.subagents.result.SUBAGENT_KEY``)."""
@@ -73,24 +66,3 @@ def has_archive(state: Mapping[str, Any]) -> bool:
     """True once the thread has committed a compaction (its archive has a version)."""
     mark = state.get("compaction")
     return (committed_version(mark if isinstance(mark, Mapping) else None) or 0) > 0
-
-
-def unlocked_tools(state: Mapping[str, Any]) -> frozenset[str]:
-    """The tools ``state`` has unlocked: every kept one, plus the built-in readers it earns.
-
-    The kept names (``state["tools_unlocked"]``) are those of any tool that stays bound,
-    which the model node keeps as soon as the thread earns one (``ToolBinding.unlocked``).
-    """
-    kept = persisted_unlocks(state)
-    earned: set[str] = set()
-    if not kept >= ARTIFACT_TOOLS and has_artifact(state):
-        earned |= ARTIFACT_TOOLS
-    if HISTORY_TOOL not in kept and has_archive(state):
-        earned.add(HISTORY_TOOL)
-    return kept | frozenset(earned)
-
-
-def unlock_update(state: Mapping[str, Any]) -> dict[str, list[str]]:
-    """The ``tools_unlocked`` update that keeps what ``state`` newly unlocked ({} if nothing)."""
-    new = unlocked_tools(state) - persisted_unlocks(state)
-    return {UNLOCKED_KEY: sorted(new)} if new else {}

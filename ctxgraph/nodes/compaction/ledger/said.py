@@ -11,22 +11,17 @@ each, with their own keys, heading and place in a budgeted rendering.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ctxgraph.nodes.compaction.ledger.block import (
-    Block,
-    Bounds,
-    Candidate,
-    Shown,
-    Walk,
-    older,
-    stored_int,
-)
+from ctxgraph.nodes.compaction.ledger.block import Block, Candidate, older, stored_int
 from ctxgraph.nodes.compaction.ledger.clauses import constraint_key, wording_key
 from ctxgraph.nodes.compaction.ledger.fields import ConstraintEntry, Ledger
 from ctxgraph.nodes.compaction.ledger.sentences import SentenceKind, sentence_kind
 from ctxgraph.state.identifiers import split_sentences
 from ctxgraph.state.tokens import count_text
+
+if TYPE_CHECKING:
+    from ctxgraph.nodes.compaction.ledger.block import Bounds, Shown, Walk
 
 
 def line_cost(line: str) -> int:
