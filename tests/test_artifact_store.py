@@ -312,7 +312,7 @@ def test_a_page_that_crosses_a_chunk_boundary_loads_both(thread_id: str) -> None
 
 
 def test_content_with_nul_characters_is_stored(backend: BaseStore, thread_id: str) -> None:
-    # Postgres jsonb refuses "\u0000"; such bodies are kept as base64.
+    # Postgres jsonb refuses "\u0000"; such bodies are encoded (store.text_codec).
     content = "binary\x00junk\n" * 30_000
     artifacts = ArtifactStore(backend, thread_id)
     for source, text in [("small", "a\x00b"), ("big", content)]:
@@ -321,12 +321,13 @@ def test_content_with_nul_characters_is_stored(backend: BaseStore, thread_id: st
         assert rebuild([p.text for p in pages_of(artifacts, artifact.ref, limit=1_000)]) == text
 
 
-def test_lone_surrogates_cannot_be_stored(thread_id: str) -> None:
-    artifacts = ArtifactStore(InMemoryStore(), thread_id)
-    ref = ArtifactStore.ref_for("tool_result", "c")
-    with pytest.raises(ArtifactWriteError, match=rf"{ref}: the content is not valid Unicode"):
-        artifacts.put("tool_result", "bad \udc80 text", source_id="c")
-    assert artifacts.list() == []
+def test_lone_surrogates_are_stored_exactly(backend: BaseStore, thread_id: str) -> None:
+    artifacts = ArtifactStore(backend, thread_id)
+    long_line = ("bad \udc80 text \ufdd0 " * 20_000) + "\n"  # windows cut near surrogates
+    for source, text in [("small", "bad \udc80 text"), ("big", long_line * 3)]:
+        artifact = artifacts.put("tool_result", text, source_id=source)
+        assert artifacts.read_text(artifact.ref) == text
+        assert rebuild([p.text for p in pages_of(artifacts, artifact.ref, limit=1_000)]) == text
 
 
 # --- idempotency ------------------------------------------------------------------------

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.store.memory import InMemoryStore
 
-from ctxgraph import Context, MemoryRepository
 from ctxgraph.nodes.compaction.summarizer import parse_sections
 from ctxgraph.nodes.subagents.child import ChildModel
 from ctxgraph.state.scripted_model import ScriptedChatModel
@@ -32,14 +29,3 @@ def test_a_subagents_answer_is_storable_in_its_own_checkpoint() -> None:
     update = child.invoke({"messages": [HumanMessage("hi")]}, None, {})  # type: ignore[typeddict-item]
     [reply] = update["messages"]
     assert isinstance(reply, AIMessage) and reply.content == "tea\ufffd please"
-
-
-def test_a_direct_fact_with_nul_is_refused_naming_the_character() -> None:
-    store = InMemoryStore()
-    repository = MemoryRepository(store)
-    context = Context(user_id="nul-user")
-    with pytest.raises(ValueError, match=r"content holds U\+0000 \(NUL\) at character 4"):
-        repository.add_fact(context, "tea\x00 with milk")
-    with pytest.raises(ValueError, match=r"evidence holds U\+D800"):
-        repository.add_fact(context, "tea with milk", evidence="x\ud800")
-    assert list(store.search(("memory",))) == []

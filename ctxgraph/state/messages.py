@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
 
@@ -173,23 +173,26 @@ def safe_text(text: str) -> str:
     return UNSTORABLE.sub(REPLACEMENT, text) if UNSTORABLE.search(text) else text
 
 
-def _safe_value(value: object) -> object:
-    """``value`` with ``safe_text`` applied to every string in it (dict keys included).
+T = TypeVar("T")
 
-    Returns ``value`` itself when nothing needed replacing.
+
+def map_text(value: T, change: Callable[[str], str]) -> T:
+    """``value`` with ``change`` applied to every string in it (dict keys included).
+
+    Dicts, lists and tuples are walked; returns ``value`` itself when no string changed.
     """
     if isinstance(value, str):
-        return safe_text(value)
+        return cast(T, change(value))
     if isinstance(value, dict):
-        items = [(_safe_value(k), _safe_value(v)) for k, v in value.items()]
+        items = [(map_text(k, change), map_text(v, change)) for k, v in value.items()]
         if all(k is a and v is b for (k, v), (a, b) in zip(items, value.items(), strict=True)):
             return value
-        return type(value)(items) if type(value) is not dict else dict(items)
+        return cast(T, type(value)(items) if type(value) is not dict else dict(items))
     if isinstance(value, (list, tuple)):
-        safe = [_safe_value(item) for item in value]
-        if all(a is b for a, b in zip(safe, value, strict=True)):
+        mapped = [map_text(item, change) for item in value]
+        if all(a is b for a, b in zip(mapped, value, strict=True)):
             return value
-        return type(value)(safe) if isinstance(value, tuple) else safe
+        return cast(T, type(value)(mapped) if isinstance(value, tuple) else mapped)
     return value
 
 
@@ -205,7 +208,7 @@ def sanitized_message(message: Message) -> Message:
     """
     changes = {}
     for name, value in dict(message).items():
-        safe = _safe_value(value)
+        safe = map_text(value, safe_text)
         if safe is not value:
             changes[name] = safe
     return message.model_copy(update=changes) if changes else message

@@ -17,9 +17,12 @@ CHAIN_SEED = hashlib.sha256(b"ctxgraph/chain/v1").hexdigest()
 
 
 def canonical_json(value: object) -> bytes:
-    """Encode ``value`` as compact, key-sorted UTF-8 JSON: one byte string per value."""
+    """Encode ``value`` as compact, key-sorted UTF-8 JSON: one byte string per value.
+
+    A lone surrogate is encoded as its three bytes (``surrogatepass``), so any text hashes.
+    """
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return text.encode("utf-8")
+    return text.encode("utf-8", "surrogatepass")
 
 
 def checksum(summary: Mapping[str, Any], cursor: int, event_ids: list[str]) -> str:

@@ -1,11 +1,11 @@
 """A remembered fact as read back from the Store, and the one parser of stored values.
 
 Every read of a fact or profile value goes through :func:`parse_fact` or
-:func:`parse_profile`: a value that is not what ctxgraph writes (a missing or ill-typed
-field, not a mapping at all) becomes a :class:`Problem` instead of an exception, is
-logged once per namespace and key per process, and is skipped by every reader (the
-memory view, ``memory_search``, extraction, the CLI); ``ctxgraph memory list
---problems`` shows it.
+:func:`parse_profile`, which decode its text (``store.text_codec``): a value that is not
+what ctxgraph writes (a missing or ill-typed field, not a mapping at all) becomes a
+:class:`Problem` instead of an exception, is logged once per namespace and key per
+process, and is skipped by every reader (the memory view, ``memory_search``, extraction,
+the CLI); ``ctxgraph memory list --problems`` shows it.
 
 Provenance: every fact says who wrote it (``PROVENANCES``). Only ``"extraction"`` passed
 the acceptance gate. A value stored before provenance existed is read as
@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
+
+from ctxgraph.store.text_codec import decoded
 
 __all__ = [
     "IMPORTED_FIELDS",
@@ -269,7 +271,7 @@ def parse_fact(
     if not isinstance(value, Mapping):
         return Problem(namespace, key, f"the value is a {type(value).__name__}, not a mapping")
     try:
-        return _fact(key, value, scope)
+        return _fact(key, decoded(value), scope)
     except _MalformedError as error:
         return Problem(namespace, key, str(error))
 
@@ -292,7 +294,7 @@ def parse_profile(namespace: tuple[str, ...], key: str, value: object) -> dict[s
     """
     if not isinstance(value, Mapping):
         return Problem(namespace, key, f"the value is a {type(value).__name__}, not a mapping")
-    sections = value.get("sections", {})
+    sections = decoded(value.get("sections", {}))
     if sections is None:
         return {}
     if not isinstance(sections, Mapping):

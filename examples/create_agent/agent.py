@@ -4,7 +4,9 @@
 own loop (``create_agent``); ``ctxgraph_middleware`` gives it ctxgraph's verified
 compaction, long-term memory and offloading (and skills, when ``CTXGRAPH_SKILLS_DIRS``
 names skill folders), and its thread state holds ctxgraph's keys (``summary``,
-``compaction``, ``memory_view``, ``model_usage``, ...).
+``compaction``, ``memory_view``, ``model_usage``, ...). ``checked_agent`` refuses bad input
+(a foreign user, malformed messages, a NUL) before anything is saved; without it the
+thread still works, as ctxgraph stores any text it writes losslessly.
 
 The models come from the environment as ctxgraph's own server reads them:
 ``CTXGRAPH_MODEL=scripted`` runs offline with the demo model (it calls the calculator for
@@ -22,7 +24,7 @@ from langchain.agents import create_agent
 from langchain_core.tools import BaseTool, tool
 
 from ctxgraph import Context, Models, Settings, demo_tools
-from ctxgraph.middleware import ctxgraph_middleware
+from ctxgraph.middleware import checked_agent, ctxgraph_middleware
 
 ORDERS = {
     "A-17": "shipped on 2024-05-02 via DHL, tracking 00340434161234567890",
@@ -52,6 +54,8 @@ SYSTEM_PROMPT = (
 def make_agent(models: Models, settings: Settings, **persistence: Any) -> Any:
     """``create_agent`` with ``models.main``, this module's tools and ctxgraph's middleware.
 
+    Wrapped in ``checked_agent``, so bad input is refused before anything is saved.
+
     Args:
         models: The agent's model (``main``) and ctxgraph's summary and memory roles.
         settings: ctxgraph's settings; a run's ``Context(settings=...)`` overrides the
@@ -64,7 +68,7 @@ def make_agent(models: Models, settings: Settings, **persistence: Any) -> Any:
         The compiled agent; run it with ``context=Context(user_id=...)``.
 
     """
-    return create_agent(
+    agent = create_agent(
         models.main,
         TOOLS,
         system_prompt=SYSTEM_PROMPT,
@@ -72,6 +76,7 @@ def make_agent(models: Models, settings: Settings, **persistence: Any) -> Any:
         context_schema=Context,
         **persistence,
     )
+    return checked_agent(agent)
 
 
 graph = make_agent(Models.from_env(os.environ), Settings.from_env(os.environ))

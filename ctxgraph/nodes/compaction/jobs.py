@@ -19,6 +19,7 @@ from langgraph.store.base import BaseStore
 from ctxgraph.state.messages import content_text
 from ctxgraph.state.usage import CallUsage, stored_calls
 from ctxgraph.store.namespaces import thread_compaction_jobs
+from ctxgraph.store.text_codec import decoded, encoded
 
 RESULTS_LIMIT = 20
 """Stored results read per lookup; a thread rarely has more than one."""
@@ -88,15 +89,16 @@ class JobResult:
         return f"v{self.base_version:06d}-{self.folded_ids[-1] if self.folded_ids else ''}"
 
     def to_value(self) -> dict[str, Any]:
-        """The Store item value."""
+        """The Store item value (its text encoded: ``store.text_codec``)."""
         value = asdict(self)
         value["folded_ids"] = list(self.folded_ids)
         value["calls"] = [dict(call) for call in self.calls]
-        return value
+        return encoded(value)
 
     @classmethod
     def from_value(cls, value: Mapping[str, Any]) -> JobResult | None:
         """A stored value read back; None when it is not a job result."""
+        value = decoded(value)
         try:
             return cls(
                 base_version=int(value["base_version"]),

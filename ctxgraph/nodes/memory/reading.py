@@ -29,6 +29,7 @@ from ctxgraph.store.memory.rules import (
     unlabelled,
 )
 from ctxgraph.store.memory.writes import default_key
+from ctxgraph.store.text_codec import decoded, encoded
 
 Source = Literal["tool call", "answer text", "lines"]
 Candidate = FactCandidate | ProfileUpdate
@@ -363,10 +364,14 @@ def _label_defaults(values: dict[str, Any], label: str, notes: list[str]) -> Non
 
 
 def _candidate(values: Mapping[str, Any], kind: str) -> Candidate:
-    """``values`` validated as a fact or a profile update (raises ``ValidationError``)."""
-    if kind == "facts":
-        return FactCandidate.model_validate(values)
-    return ProfileUpdate.model_validate(values)
+    """``values`` validated as a fact or a profile update (raises ``ValidationError``).
+
+    Validated encoded (``store.text_codec``: pydantic cannot hold a lone surrogate), then
+    given back its exact text.
+    """
+    model: type[Candidate] = FactCandidate if kind == "facts" else ProfileUpdate
+    checked = model.model_validate(encoded(values))
+    return checked.model_copy(update=decoded(dict(checked)))
 
 
 def _fact_defaults(values: dict[str, Any], label: str, notes: list[str]) -> None:

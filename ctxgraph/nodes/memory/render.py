@@ -1,4 +1,8 @@
-"""Render the user's profile and remembered facts as prompt text that fits a token budget."""
+"""Render the user's profile and remembered facts as prompt text that fits a token budget.
+
+A NUL or lone surrogate in a fact or the profile shows as U+FFFD (``safe_text``): the view
+is kept in the thread's checkpoint, which cannot hold them; the Store keeps the exact text.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ctxgraph.state.messages import safe_text
 from ctxgraph.state.tokens import count_text
 from ctxgraph.store.search.scoring import final_score, relevance_scores
 
@@ -113,7 +118,7 @@ def _parse(index: int, fact: object) -> _Item:
     tag = category
     if correction and category != CORRECTION:
         tag = CORRECTION_TAG.format(category=category)
-    text = " ".join(content.split())
+    text = " ".join(safe_text(content).split())
     line = FACT_LINE.format(tag=tag, content=text, confidence=float(confidence))
     return _Item(
         line + _unverified(_field(fact, "provenance")), text, float(confidence), correction
@@ -140,7 +145,7 @@ def _profile_lines(profile: Mapping[str, Any] | None) -> list[str]:
     lines = []
     for section in order:
         value = profile[section]
-        text = "" if value is None else " ".join(str(value).split())
+        text = "" if value is None else " ".join(safe_text(str(value)).split())
         if text:
             label = SECTION_LABELS.get(section) or section.replace("_", " ").capitalize()
             lines.append(PROFILE_LINE.format(label=label, text=text))

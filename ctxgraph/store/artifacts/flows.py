@@ -22,8 +22,9 @@ from ctxgraph.store.artifacts.items import (
     chunk_key,
     decode_body,
     parse_meta,
+    sha256_hex,
 )
-from ctxgraph.store.artifacts.layout import Row, iter_rows
+from ctxgraph.store.artifacts.layout import Row, iter_rows, utf8
 from ctxgraph.store.artifacts.paging import PageBuilder
 from ctxgraph.store.artifacts.records import DamagedArtifactError, unknown_artifact
 
@@ -88,7 +89,7 @@ def chunk_problem(index: int, entry: ChunkEntry, item: Item | None) -> str | Non
         text = decode_body(item.value)
     except ValueError as error:
         return f"chunk {index} does not decode: {error}"
-    data = text.encode("utf-8")
+    data = utf8(text)
     if len(data) != entry.size:
         return f"chunk {index} holds {len(data)} bytes, its record says {entry.size}"
     if hashlib.sha256(data).hexdigest() != entry.sha256:
@@ -125,7 +126,7 @@ def load_text(namespace: tuple[str, ...], ref: str) -> Flow[tuple[StoredArtifact
         text = stored.body
     else:
         text = "".join((yield from load_chunks(namespace, stored, range(len(stored.table)))))
-    if hashlib.sha256(text.encode("utf-8")).hexdigest() != stored.artifact.sha256:
+    if sha256_hex(text) != stored.artifact.sha256:
         raise DamagedArtifactError(f"artifact {ref} is damaged: its content does not match")
     return stored, text
 

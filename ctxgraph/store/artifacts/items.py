@@ -1,7 +1,7 @@
 r"""The Store items of an artifact: a metadata item (key ``ref``) and chunk items, and their codec.
 
-Bodies are kept as text; a body holding ``"\x00"`` (which Postgres ``jsonb`` refuses) is
-kept as base64 of its UTF-8 bytes instead.
+Bodies are kept as text, NUL and lone surrogates encoded (``store.text_codec``); a body
+of an earlier version holding NUL may be base64 of its UTF-8 bytes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
+from ctxgraph.store.artifacts.layout import utf8
 from ctxgraph.store.artifacts.records import KINDS, REF_PATTERN, Artifact, ArtifactKind
+from ctxgraph.store.text_codec import decode_text, encode_text
 
 META_RECORD = "artifact"
 """``record`` field of a metadata item (Store searches filter on it)."""
@@ -59,16 +61,13 @@ def chunk_key(ref: str, index: int) -> str:
 
 
 def sha256_hex(text: str) -> str:
-    """Hex SHA-256 of the UTF-8 bytes of ``text``."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """Hex SHA-256 of the UTF-8 bytes of ``text`` (``layout.utf8``)."""
+    return hashlib.sha256(utf8(text)).hexdigest()
 
 
 def encode_body(text: str) -> dict[str, str]:
-    """The ``body``/``encoding`` fields holding ``text``."""
-    if "\x00" in text:
-        data = base64.b64encode(text.encode("utf-8")).decode("ascii")
-        return {"encoding": "base64", "body": data}
-    return {"encoding": "text", "body": text}
+    """The ``body``/``encoding`` fields holding ``text`` (any text: ``store.text_codec``)."""
+    return {"encoding": "text", "body": encode_text(text)}
 
 
 def decode_body(value: Mapping[str, Any]) -> str:
@@ -77,8 +76,8 @@ def decode_body(value: Mapping[str, Any]) -> str:
     if not isinstance(body, str):
         raise ValueError("the item has no text body")
     if encoding == "text":
-        return body
-    if encoding == "base64":
+        return decode_text(body)
+    if encoding == "base64":  # how earlier versions kept a body holding NUL
         try:
             return base64.b64decode(body, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError) as error:

@@ -54,9 +54,14 @@ class ChunkSpan:
     """True when the chunk starts inside a physical line (with a continuation window)."""
 
 
+def utf8(text: str) -> bytes:
+    """The UTF-8 bytes of ``text``, a lone surrogate as its three bytes (any text has some)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def utf8_size(text: str) -> int:
     """UTF-8 bytes of ``text``."""
-    return len(text.encode("utf-8"))
+    return len(utf8(text))
 
 
 def windows(line: str) -> list[str]:
@@ -69,10 +74,12 @@ def windows(line: str) -> list[str]:
     start = 0
     while start < len(line):
         piece = line[start : start + LINE_WINDOW]
-        data = piece.encode("utf-8")
+        data = utf8(piece)
         if len(data) > WINDOW_BYTES:
-            # A cut inside a character leaves an incomplete tail, which "ignore" drops.
-            piece = data[:WINDOW_BYTES].decode("utf-8", errors="ignore")
+            cut = WINDOW_BYTES
+            while data[cut] & 0xC0 == 0x80:  # a continuation byte: the cut is inside a character
+                cut -= 1
+            piece = data[:cut].decode("utf-8", "surrogatepass")
         found.append(piece)
         start += len(piece)
     return found

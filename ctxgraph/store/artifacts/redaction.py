@@ -17,6 +17,7 @@ from langgraph.store.base import BaseStore, GetOp, PutOp
 
 from ctxgraph.store.artifacts.flows import Flow, arun, as_item, list_metas, load_text, run
 from ctxgraph.store.artifacts.items import sha256_hex
+from ctxgraph.store.artifacts.layout import utf8_size
 from ctxgraph.store.artifacts.writes import Draft, put_flow
 from ctxgraph.store.namespaces import thread_artifacts
 
@@ -58,7 +59,7 @@ def _redact_flow(thread_id: str, replace: Replace, dry_run: bool) -> Flow[dict[s
             ref=artifact.ref,
             kind=artifact.kind,
             content=redacted,
-            size_bytes=len(redacted.encode("utf-8")),
+            size_bytes=utf8_size(redacted),
             sha256=sha256_hex(redacted),
             source_id=artifact.call_id or artifact.ref,
             tool_name=artifact.tool_name,

@@ -19,6 +19,7 @@ from ctxgraph.store.artifacts.flows import (
     run,
 )
 from ctxgraph.store.artifacts.grep import compile_pattern, grep_text
+from ctxgraph.store.artifacts.layout import utf8
 from ctxgraph.store.artifacts.paging import (
     MAX_LIMIT,
     MIN_PAGE_TOKENS,
@@ -111,13 +112,7 @@ class ArtifactStore:
         if not isinstance(content, str):
             raise TypeError(f"artifact content must be a str, got {type(content).__name__}")
         ref = ref_for(kind, source_id, part)
-        try:
-            data = content.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise ArtifactWriteError(
-                f"cannot store artifact {ref}: the content is not valid Unicode text "
-                f"({error.reason} at character {error.start})"
-            ) from error
+        data = utf8(content)
         return Draft(
             ref=ref,
             kind=kind,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -142,7 +141,7 @@ def verify_stored(
             return problem
         parts.append(chunk_text(as_item(result)))
     text = stored.body if stored.body is not None else "".join(parts)
-    if hashlib.sha256(text.encode("utf-8")).hexdigest() != stored.artifact.sha256:
+    if sha256_hex(text) != stored.artifact.sha256:
         return "its content does not match its SHA-256"
     return None
 

@@ -17,6 +17,7 @@ from ctxgraph.store.namespaces import user_profile
 from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
 from ctxgraph.store.receipts import Place
 from ctxgraph.store.redaction import Redactor
+from ctxgraph.store.text_codec import decoded
 
 __all__ = [
     "PROFILE_KEY",
@@ -81,7 +82,7 @@ def matching_facts(
     for item in items:
         if not _in_scope(item, user_id, threads):
             continue
-        _, found = redactor.value(item.value)
+        _, found = redactor.value(decoded(item.value))
         if found:
             removals.append((item.namespace, item.key))
             places.append(Place("memory fact", _where(item.namespace, item.key), found))

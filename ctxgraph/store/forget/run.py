@@ -64,6 +64,7 @@ from ctxgraph.store.receipts import (
     store_receipt,
 )
 from ctxgraph.store.redaction import Redactor
+from ctxgraph.store.text_codec import decoded, encoded
 
 __all__ = ["ForgetError", "aforget", "forget"]
 
@@ -96,7 +97,7 @@ def _fact_redactor(
         if item.key != key or item.namespace[1] != user_id or not isinstance(item.value, dict):
             continue
         if agent_name is None or item.namespace == user_facts(user_id, agent_name):
-            return Redactor.for_fact(item.value)
+            return Redactor.for_fact(decoded(item.value))
     raise ForgetError(f"no fact with key {key!r} for user {user_id!r}")
 
 
@@ -157,8 +158,9 @@ class _MemoryPlan:
         profile: Item | None,
     ) -> _MemoryPlan:
         removals, places = matching_facts(items, redactor, user_id, frozenset(threads))
-        value, place = redacted_profile(profile.value if profile else None, redactor, user_id)
-        return cls(removals, places + ([place] if place else []), value if place else None)
+        stored = decoded(profile.value) if profile else None
+        value, place = redacted_profile(stored, redactor, user_id)
+        return cls(removals, places + ([place] if place else []), encoded(value) if place else None)
 
     @staticmethod
     def due(fact: str | None, skipped: list[str]) -> bool:

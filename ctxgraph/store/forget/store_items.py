@@ -16,6 +16,7 @@ from ctxgraph.store.namespaces import memory_queue, thread_compaction_jobs, thre
 from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
 from ctxgraph.store.receipts import Place
 from ctxgraph.store.redaction import Redactor
+from ctxgraph.store.text_codec import decoded, encoded
 
 __all__ = ["ItemRewrite", "aapply", "aitem_rewrites", "apply", "item_rewrites"]
 
@@ -40,11 +41,12 @@ def _namespaces(thread_id: str) -> list[tuple[str, ...]]:
 def _rewrites(items: Iterable[Item], redactor: Redactor) -> list[ItemRewrite]:
     out: list[ItemRewrite] = []
     for item in items:
-        value, found = redactor.value(item.value)
+        value, found = redactor.value(decoded(item.value))
         if found:
             kind = _KINDS.get(item.namespace[-1], "queued extraction")
             where = f"{'/'.join(item.namespace)}/{item.key}"
-            out.append(ItemRewrite(item.namespace, item.key, value, Place(kind, where, found)))
+            place = Place(kind, where, found)
+            out.append(ItemRewrite(item.namespace, item.key, encoded(value), place))
     return out
 
 

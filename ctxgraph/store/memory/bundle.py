@@ -2,7 +2,8 @@
 
 A bundle is JSON: ``format`` (``BUNDLE_FORMAT``), ``schema_version`` (``SCHEMA_VERSION``),
 ``exported_at``, ``user_id``, ``agent_name``, ``project_id`` (or null), ``facts`` (each
-``{"scope", "key", "value", "sha256"}``, the value holding the fields ``parse_fact`` reads),
+``{"scope", "key", "value", "sha256"}``, the value as the Store keeps it: the fields
+``parse_fact`` reads, text encoded by ``store.text_codec``),
 ``profile`` (``{"value", "sha256"}`` or null) and ``bundle_sha256``. Every digest is the
 SHA-256 of canonical JSON (:func:`canonical_digest`): a fact's over its scope, key and
 value, the profile's over its value, the bundle's over everything but ``bundle_sha256``.
@@ -13,8 +14,8 @@ Import rules (:func:`import_bundle`):
   an unknown schema version or a malformed fact refuses the whole bundle, nothing written.
 - The acceptance rules still hold: a fact under the confidence threshold, of a category the
   gate never stores, claiming ``"extraction"`` without the evidence and source thread
-  extraction records, with a key that is not snake_case, or holding text the Store cannot
-  keep is *refused* (not written). Whether a fact was transactional or temporary is not in
+  extraction records, with a key that is not snake_case, or with empty content is
+  *refused* (not written). Whether a fact was transactional or temporary is not in
   a stored value; the gate refused those before they were ever stored.
 - Every fact written is *unverified*: ``provenance="import"``, with the provenance it had
   in ``imported["from_provenance"]`` (kept through re-imports), the bundle and fact digests
@@ -39,7 +40,6 @@ from typing import Any, Literal, TypedDict, Unpack, get_args
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from ctxgraph.state.context import Context
-from ctxgraph.state.messages import unstorable_position
 from ctxgraph.state.sans_io import Flow, arun, io, run
 from ctxgraph.store.memory.exchange import BATCH
 from ctxgraph.store.memory.facts import (
@@ -56,6 +56,7 @@ from ctxgraph.store.memory.rules import DEFAULT_THRESHOLD, Category, normalize_t
 from ctxgraph.store.memory.writes import PROFILE_KEY, PROFILE_SECTIONS, FactWrite, utc
 from ctxgraph.store.namespaces import project_facts, user_facts, user_profile
 from ctxgraph.store.search.vectors import aput_facts, put_facts
+from ctxgraph.store.text_codec import encoded
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -131,7 +132,7 @@ def _profile_entry(item: Item | None) -> dict[str, Any] | None:
     parsed = parse_profile(tuple(item.namespace), item.key, item.value)
     if isinstance(parsed, Problem) or not any(text.strip() for text in parsed.values()):
         return None
-    value = {"sections": parsed}
+    value = encoded({"sections": parsed})
     return {"value": value, "sha256": canonical_digest(value)}
 
 
@@ -140,7 +141,7 @@ def _bundle(
 ) -> dict[str, Any]:
     entries = []
     for fact in facts:
-        value = _fact_value(fact)
+        value = encoded(_fact_value(fact))
         entries.append(
             {
                 "scope": fact.scope,
@@ -346,17 +347,7 @@ def _refusal(entry: Mapping[str, Any], fact: Fact, threshold: float) -> str | No
         return f"low confidence: {fact.confidence:.2f} is below {threshold:.2f}"
     if entry["value"].get("provenance") == "extraction" and fact.provenance != "extraction":
         return "it claims extraction without the evidence and source thread extraction records"
-    return _text_refusal(fact)
-
-
-def _text_refusal(fact: Fact) -> str | None:
-    """Why the fact's texts cannot be stored (empty content, a character the Store refuses)."""
-    texts = [fact.content, fact.evidence or "", *(e.get("content", "") for e in fact.history)]
-    if not normalize_text(fact.content):
-        return "its content is empty"
-    if any(unstorable_position(text) is not None for text in texts):
-        return "its text holds a character the Store cannot keep (NUL or a lone surrogate)"
-    return None
+    return None if normalize_text(fact.content) else "its content is empty"
 
 
 def _origin(fact: Fact) -> Provenance:
@@ -397,8 +388,6 @@ def _profile_plan(bundle: Mapping[str, Any], user_id: str, at: str) -> _Entry | 
     refusal = None
     if unknown:
         refusal = f"unknown profile section {unknown[0]!r:.40}"
-    elif any(unstorable_position(text) is not None for text in sections.values()):
-        refusal = "its text holds a character the Store cannot keep (NUL or a lone surrogate)"
     value = {
         "sections": {name: sections.get(name, "") for name in PROFILE_SECTIONS},
         "updated_at": at,
@@ -488,7 +477,7 @@ def _decide(
             assert entry.value is not None
             result.imported.append(entry.label)
             index: list[str] | Literal[False] = False if entry.scope is None else FactWrite.index
-            writes.append(PutOp(entry.namespace, entry.key, entry.value, index=index))
+            writes.append(PutOp(entry.namespace, entry.key, encoded(entry.value), index=index))
         elif outcome == "unchanged":
             result.unchanged.append(entry.label)
         elif outcome == "refused":

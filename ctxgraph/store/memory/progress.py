@@ -35,6 +35,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp
 
 from ctxgraph.state.usage import CallUsage, stored_calls
 from ctxgraph.store.namespaces import thread_memory
+from ctxgraph.store.text_codec import decoded, encoded
 
 PROCESSED_KEY = "processed"
 RECENT_IDS = 128
@@ -73,7 +74,7 @@ class Progress:
         """Read a stored value; an unbounded one of an earlier version is read whole."""
         if not value:
             return cls()
-        return cls(tuple(str(i) for i in value.get("ids") or ()))
+        return cls(tuple(str(i) for i in decoded(value.get("ids") or ())))
 
     @classmethod
     def from_item(cls, item: Item | None) -> Progress:
@@ -81,8 +82,8 @@ class Progress:
         return cls.from_value(item.value if item is not None else None)
 
     def to_value(self) -> dict[str, list[str]]:
-        """The Store value: at most ``RECENT_IDS`` ids."""
-        return {"ids": list(self.ids[-RECENT_IDS:])}
+        """The Store value: at most ``RECENT_IDS`` ids (encoded: ``store.text_codec``)."""
+        return {"ids": encoded(list(self.ids[-RECENT_IDS:]))}
 
     def unread(self, rows: Sequence[R], *, among: Collection[str] | None = None) -> list[R]:
         """The rows not yet handed to extraction, in order; only ids in ``among`` if given.

@@ -17,6 +17,7 @@ from ctxgraph.state.context import Context
 from ctxgraph.store.memory.progress import store_get_op, store_put_op
 from ctxgraph.store.namespaces import memory_queue
 from ctxgraph.store.persistence.listing import list_namespace
+from ctxgraph.store.text_codec import decoded, encoded
 
 
 @dataclass(frozen=True)
@@ -29,19 +30,22 @@ class PendingExtraction:
     updated_at: datetime
 
     def to_value(self) -> dict[str, Any]:
-        """The Store value."""
-        return {
-            "thread_id": self.thread_id,
-            "user_id": self.context.user_id,
-            "agent_name": self.context.agent_name,
-            "project_id": self.context.project_id,
-            "rows": self.rows,
-            "updated_at": self.updated_at.isoformat(),
-        }
+        """The Store value (its text encoded: ``store.text_codec``)."""
+        return encoded(
+            {
+                "thread_id": self.thread_id,
+                "user_id": self.context.user_id,
+                "agent_name": self.context.agent_name,
+                "project_id": self.context.project_id,
+                "rows": self.rows,
+                "updated_at": self.updated_at.isoformat(),
+            }
+        )
 
     @classmethod
     def from_value(cls, value: dict[str, Any]) -> PendingExtraction:
         """Read a Store value back."""
+        value = decoded(value)
         return cls(
             thread_id=value["thread_id"],
             context=Context(

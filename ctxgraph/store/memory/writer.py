@@ -14,7 +14,6 @@ from typing import Literal
 from langgraph.store.base import BaseStore, PutOp
 
 from ctxgraph.state.context import Context
-from ctxgraph.state.messages import safe_text, unstorable_position, unstorable_problem
 from ctxgraph.state.sans_io import Flow, io
 from ctxgraph.store.memory.facts import Fact, FactScope, Provenance
 from ctxgraph.store.memory.rules import (
@@ -37,6 +36,7 @@ from ctxgraph.store.memory.writes import (
 )
 from ctxgraph.store.namespaces import user_profile
 from ctxgraph.store.search.vectors import aput_facts, put_facts
+from ctxgraph.store.text_codec import encoded
 
 __all__ = ["DIRECT_PROVENANCES", "MemoryWriter", "accepted_scope"]
 
@@ -63,14 +63,10 @@ def accepted_scope(candidate: FactCandidate, decision: Decision) -> str | None:
     return decision.target
 
 
-def _checked_text(text: str, evidence: str | None, confidence: float) -> None:
-    """Raise ValueError for a direct write's content, evidence or confidence never stored."""
+def _checked_text(text: str, confidence: float) -> None:
+    """Raise ValueError for a direct write's content or confidence never stored."""
     if not text:
         raise ValueError("a fact needs non-empty content")
-    for label, value in (("content", text), ("evidence", evidence or "")):
-        position = unstorable_position(value)
-        if position is not None:
-            raise ValueError(unstorable_problem(f"the fact's {label}", value, position))
     if not 0.0 <= confidence <= 1.0:
         raise ValueError(f"confidence must be within 0..1, got {confidence}")
 
@@ -107,7 +103,7 @@ class MemoryWriter:
                 "(only MemoryRepository.remember writes 'extraction')"
             )
         text = normalize_text(content)
-        _checked_text(text, evidence, confidence)
+        _checked_text(text, confidence)
         resolved = default_key(text) if key is None else slug_key(key)
         if not resolved or len(resolved) > 80:
             raise ValueError(f"a fact key must be 1-80 snake_case characters, got {key!r}")
@@ -141,12 +137,12 @@ class MemoryWriter:
         merge = partial(
             merged_value,
             key=candidate.key,
-            content=safe_text(normalize_text(candidate.content)),
+            content=normalize_text(candidate.content),
             category=candidate.category,
             confidence=candidate.confidence,
             now=utc(now),
             source_thread=thread_id,
-            evidence=safe_text(candidate.evidence_text),
+            evidence=candidate.evidence_text,
             confirmed=confirmed,
             provenance="extraction",
         )
@@ -176,5 +172,6 @@ class MemoryWriter:
         namespace = user_profile(context.user_id)
         stored = yield from io(self.store.get, self.store.aget, namespace, PROFILE_KEY)
         value = profile_value(stored, update, utc(now))
-        yield from io(self.store.put, self.store.aput, namespace, PROFILE_KEY, value, index=False)
+        kept = encoded(value)  # as the Store keeps it (store.text_codec)
+        yield from io(self.store.put, self.store.aput, namespace, PROFILE_KEY, kept, index=False)
         return dict(value["sections"])

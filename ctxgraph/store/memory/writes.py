@@ -34,6 +34,7 @@ from ctxgraph.store.memory.rules import (
     static_rejection,
 )
 from ctxgraph.store.search.hybrid import FACT_INDEX_FIELDS
+from ctxgraph.store.text_codec import decoded, encoded
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -204,17 +205,18 @@ class FactWrite:
     """The fields the Store indexes (``put(..., index=)``)."""
 
     def value(self, stored: Item | None) -> dict[str, Any]:
-        """The value to write, given what the read of ``namespace``/``key`` returned.
+        """The value to write, as the Store keeps it, given what the read of ``key`` returned.
 
         A malformed stored value (reported once) is replaced, as if there were none.
         """
-        if stored is None:
-            return self.merge(None)
-        parsed = parse_fact(self.namespace, self.key, stored.value, self.scope)
-        if isinstance(parsed, Problem):
-            report_problem(parsed)
-            return self.merge(None)
-        return self.merge(stored.value)
+        previous = None
+        if stored is not None:
+            parsed = parse_fact(self.namespace, self.key, stored.value, self.scope)
+            if isinstance(parsed, Problem):
+                report_problem(parsed)
+            else:
+                previous = decoded(stored.value)
+        return encoded(self.merge(previous))
 
     def put_op(self, stored: Item | None) -> PutOp:
         """The write as a batch operation."""

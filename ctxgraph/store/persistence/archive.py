@@ -36,6 +36,7 @@ from ctxgraph.store.persistence.archive_verify import (
     verify_versioned,
 )
 from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
+from ctxgraph.store.text_codec import decoded, encoded
 
 __all__ = [
     "HASH_FIELDS",
@@ -98,24 +99,24 @@ class ThreadArchive:
         key = version_key(record["version"])
         existing = self.store.get(self.namespace, key)
         if not _already_stored(record, existing, _prepared(record, committed_version)):
-            self.store.put(self.namespace, key, dict(record), index=False)
+            self.store.put(self.namespace, key, encoded(dict(record)), index=False)
 
     async def aput(self, record: ArchiveRecord, *, committed_version: int | None = None) -> None:
         """Async :meth:`put`."""
         key = version_key(record["version"])
         existing = await self.store.aget(self.namespace, key)
         if not _already_stored(record, existing, _prepared(record, committed_version)):
-            await self.store.aput(self.namespace, key, dict(record), index=False)
+            await self.store.aput(self.namespace, key, encoded(dict(record)), index=False)
 
     def get(self, version: int) -> ArchiveRecord | None:
         """The record stored under ``version``, or None."""
         item = self.store.get(self.namespace, version_key(version))
-        return None if item is None else cast(ArchiveRecord, item.value)
+        return None if item is None else cast(ArchiveRecord, decoded(item.value))
 
     async def aget(self, version: int) -> ArchiveRecord | None:
         """Async :meth:`get`."""
         item = await self.store.aget(self.namespace, version_key(version))
-        return None if item is None else cast(ArchiveRecord, item.value)
+        return None if item is None else cast(ArchiveRecord, decoded(item.value))
 
     def versioned(self, *, upto: int | None = None) -> list[tuple[int, ArchiveRecord]]:
         """``(version, record)`` pairs ordered by the version of their Store key.
@@ -174,7 +175,7 @@ class ThreadArchive:
         for item in items:
             match = _KEY.fullmatch(item.key)
             if match and (upto is None or int(match.group(1)) <= upto):
-                found[int(match.group(1))] = cast(ArchiveRecord, item.value)
+                found[int(match.group(1))] = cast(ArchiveRecord, decoded(item.value))
         return [(version, found[version]) for version in sorted(found)]
 
 

@@ -91,14 +91,15 @@ def build_record(
 def record_digest(record: Mapping[str, object]) -> str:
     """SHA-256 hex over the canonical JSON of every field of ``record`` but ``record_hash``.
 
-    Canonical: keys sorted, no whitespace, UTF-8, and a float with an integral value
-    written as an integer (a JSONB column may hand ``1e20`` back as an integer).
+    Canonical: keys sorted, no whitespace, UTF-8 (a lone surrogate as its three bytes), and
+    a float with an integral value written as an integer (a JSONB column may hand ``1e20``
+    back as an integer).
     """
     fields = {name: value for name, value in record.items() if name != "record_hash"}
     text = json.dumps(
         _normalized(fields), ensure_ascii=False, sort_keys=True, separators=(",", ":")
     )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def serialized_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from ctxgraph.store.persistence.archive import (
     version_key,
 )
 from ctxgraph.store.redaction import Redactor
+from ctxgraph.store.text_codec import encoded
 
 __all__ = ["ArchiveRedaction", "ReceiptReusedError", "aredact_archive", "redact_archive"]
 
@@ -298,7 +299,7 @@ def _operations(
     """The Store writes of a plan: the records, oldest first, then the anchor."""
     archive = thread_archive(thread_id)
     operations = [
-        PutOp(archive, version_key(version), dict(record), index=False)
+        PutOp(archive, version_key(version), encoded(dict(record)), index=False)
         for version, record in sorted(plan.writes.items())
     ]
     if plan.anchor_versions:

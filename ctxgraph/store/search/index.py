@@ -45,6 +45,7 @@ from ctxgraph.store.persistence.listing import alist_namespace, list_namespace
 from ctxgraph.store.persistence.store_cursor import astore_cursor, store_cursor
 from ctxgraph.store.search.bm25 import Bm25Index
 from ctxgraph.store.search.scoring import tokenize
+from ctxgraph.store.text_codec import decode_text
 
 __all__ = ["FactIndexCache", "Hit", "IndexedDoc", "Lookup", "fact_index_cache"]
 
@@ -227,7 +228,7 @@ class _Namespace:
                 added.pop(key, None)
                 continue
             self.problems.pop(key, None)
-            tokens = tuple(tokenize(str(value.get("content", ""))))
+            tokens = tuple(tokenize(decode_text(str(value.get("content", "")))))
             self.docs[key] = IndexedDoc(key, value, stamp, tokens)
             added[key] = tokens
         for key in changes.removed:
