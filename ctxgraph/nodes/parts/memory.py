@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from copy import copy
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -67,14 +66,8 @@ class MemoryPart(Part):
     rank = 20
     state = MemoryState
 
-    def __init__(
-        self,
-        extraction_prompt: str | None = None,
-        ranker: Ranker | None = None,
-        *,
-        repositories: tuple[Settings, RepositoryFactory] | None = None,
-    ) -> None:
-        """``repositories`` are those made for a graph's settings, shared when prepared.
+    def __init__(self, extraction_prompt: str | None = None, ranker: Ranker | None = None) -> None:
+        """Check and keep the seams.
 
         Raises:
             PromptTemplateError: ``extraction_prompt`` cannot be filled.
@@ -90,7 +83,7 @@ class MemoryPart(Part):
             None if extraction_prompt is None else check_extraction_prompt(extraction_prompt)
         )
         self.ranker = ranker
-        self._repositories = repositories
+        self._repositories: tuple[Settings, RepositoryFactory] | None = None
         # The memory message of the latest view; a turn's requests all carry the same one.
         self._cache: tuple[str, HumanMessage] | None = None
         # The message of each note by text, so a note is one object from request to request.
@@ -110,9 +103,7 @@ class MemoryPart(Part):
 
     def prepared(self, setup: PartSetup) -> MemoryPart:
         """A part of its own for one graph (it caches the view's message)."""
-        part = copy(self)
-        part._cache, part._notes, part._plan = None, {}, None
-        return part
+        return MemoryPart(self.extraction_prompt, self.ranker)
 
     def tools(self, setup: PartSetup) -> Sequence[BaseTool]:
         """``memory_search`` unless memory is off; the run's memory mode binds it."""
