@@ -34,7 +34,7 @@ from langgraph.types import Command
 
 from ctxgraph.graph.assembly import Assembly, checked_counter, memory_loader, ordered_parts
 from ctxgraph.middleware.identity import ctx_runtime, ctx_tool_request, with_context
-from ctxgraph.nodes.invalid_calls import invalid_calls_node
+from ctxgraph.nodes.invalid_calls import has_invalid_calls, invalid_calls_node
 from ctxgraph.nodes.memory.load import MemoryLoader
 from ctxgraph.nodes.model import ModelCall
 from ctxgraph.nodes.part import Part, PartSetup
@@ -454,9 +454,7 @@ def invalid_calls(state: AgentState) -> dict[str, Any] | None:
     its readable calls, or, with none, calls the model again (the compaction check
     first), as the graph's ``invalid_calls`` node routes.
     """
-    messages = state.get("messages") or []
-    last = messages[-1] if messages else None
-    if not isinstance(last, AIMessage) or not last.invalid_tool_calls:
+    if not has_invalid_calls(state.get("messages") or []):
         return None
     return dict(invalid_calls_node(state))
 

@@ -29,12 +29,10 @@ from ctxgraph.state.subagents import GENERAL_PURPOSE, SubagentSpec, general_purp
 
 @dataclass(frozen=True)
 class Delegation:
-    """The parent graph's part of delegation: its tool, its router and its node."""
+    """The parent graph's part of delegation: the router after its model, and its node."""
 
-    tool: BaseTool
     router: SubagentRouter
     node: SubagentNode
-    specs: tuple[SubagentSpec, ...]
 
 
 def subagent_specs(
@@ -142,4 +140,4 @@ def build_delegation(
         children = {spec.name: _child_graph(spec, main, settings, level) for spec in chosen}
         level = (tool, SubagentRouter(settings), SubagentNode(children, settings))
     assert level is not None
-    return Delegation(tool=tool, router=level[1], node=level[2], specs=chosen)
+    return Delegation(router=level[1], node=level[2])
